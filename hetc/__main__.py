@@ -1,0 +1,5 @@
+"""`python -m hetc` runs the command line."""
+
+from hetc.cli import main
+
+main()

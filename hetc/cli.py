@@ -1,0 +1,144 @@
+"""The `hetc` command line. The YAML spec is the interface; the CLI only says what to do with it.
+
+Exit codes: 0 success, 1 the input is invalid, 2 wrong command-line usage, 3 internal error
+(a bug in hetc: one line and the path of a saved traceback), 4 environment (a file could not be
+read or written; a "To fix:" line follows).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from hetc import __version__
+
+EXIT_INVALID, EXIT_INTERNAL, EXIT_ENVIRONMENT = 1, 3, 4
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Compile a training-job spec for heterogeneous GPUs into a plan and launch files.",
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _guarded(command: F) -> F:
+    """Turn a bug into one line and a saved traceback, never a traceback on the terminal."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from hetc.schema import EnvironmentProblem
+
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except EnvironmentProblem as exc:
+            typer.echo(f"hetc: {exc.what}\nTo fix: {exc.to_fix}", err=True)
+            raise typer.Exit(EXIT_ENVIRONMENT) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            with tempfile.NamedTemporaryFile(
+                "w", prefix="hetc-crash-", suffix=".txt", delete=False
+            ) as saved:
+                traceback.print_exc(file=saved)
+            typer.echo(
+                f"hetc: internal error ({type(exc).__name__}: {exc!s:.200}); this is a bug in"
+                f" hetc {__version__}. Traceback saved to {saved.name}",
+                err=True,
+            )
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"hetc {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """hetc: plans and launch files for LLM training on the GPUs you can get."""
+
+
+@app.command()
+@_guarded
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Spec files to check.")],
+    as_json: JsonFlag = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
+) -> None:
+    """Check spec files; print every problem as FILE:LINE:COL: path: message."""
+    from hetc.schema import check_file
+
+    results, unreadable = [], []
+    for file in files:
+        try:
+            results.append(check_file(str(file)))
+        except Exception as exc:
+            from hetc.schema import EnvironmentProblem
+
+            if not isinstance(exc, EnvironmentProblem):
+                raise
+            unreadable.append(exc)
+    invalid = [r for r in results if r.errors or (strict and r.warnings)]
+    if as_json:
+        typer.echo(json.dumps({
+            "valid": not invalid and not unreadable,
+            "files": [{"file": r.file, "valid": r not in invalid,
+                       "diagnostics": [d.as_json() for d in r.diagnostics]} for r in results],
+            "unreadable": [{"problem": e.what, "to_fix": e.to_fix} for e in unreadable],
+        }, indent=2))
+    else:
+        for result in results:
+            for diagnostic in result.diagnostics:
+                typer.echo(diagnostic.format())
+        for problem in unreadable:
+            typer.echo(f"hetc: {problem.what}\nTo fix: {problem.to_fix}", err=True)
+        errors = sum(len(r.errors) for r in results)
+        warnings = sum(len(r.warnings) for r in results)
+        typer.echo(
+            f"hetc: {len(results) - len(invalid)} of {len(files)} file(s) valid"
+            f" ({errors} error(s), {warnings} warning(s))",
+            err=True,
+        )
+    if unreadable:
+        raise typer.Exit(EXIT_ENVIRONMENT)
+    if invalid:
+        raise typer.Exit(EXIT_INVALID)
+
+
+@app.command()
+@_guarded
+def schema(as_json: JsonFlag = False) -> None:
+    """Print the spec's JSON Schema (draft-07), for editors and other tools."""
+    from hetc.schema import spec_schema_text
+
+    typer.echo(spec_schema_text(), nl=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="hetc")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

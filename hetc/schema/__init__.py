@@ -1,0 +1,90 @@
+"""The spec language: load a YAML spec, check it completely, and type it.
+
+`check_file` is the one entry point: it never raises for anything in the file, only
+`EnvironmentProblem` when the file cannot be read at all. Structural checks (JSON Schema) and
+semantic checks both run, so a user sees every problem of a file in one pass.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from hetc.schema.diagnostics import Diagnostic, EnvironmentProblem, Finding, dotted
+from hetc.schema.semantic import semantic_findings
+from hetc.schema.source import SyntaxProblem, parse, read_text
+from hetc.schema.spec import Spec, build_spec
+from hetc.schema.structure import non_finite_numbers, spec_schema_text, structural_findings
+
+__all__ = [
+    "CheckResult",
+    "Diagnostic",
+    "EnvironmentProblem",
+    "Spec",
+    "check_file",
+    "check_text",
+    "spec_schema_text",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """The diagnostics of one file and, when it has no errors, its typed spec."""
+
+    file: str
+    diagnostics: tuple[Diagnostic, ...]
+    spec: Spec | None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+
+def check_file(filename: str) -> CheckResult:
+    """Read and check one spec file; raises only `EnvironmentProblem`."""
+    try:
+        text = read_text(filename)
+    except SyntaxProblem as exc:
+        return CheckResult(filename, (Diagnostic(filename, exc.line, exc.column, "(root)",
+                                                 exc.message),), None)
+    return check_text(text, filename, os.path.dirname(filename) or ".")
+
+
+def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> CheckResult:
+    """Check spec text as if read from `filename` (relative paths resolve from `spec_dir`)."""
+    try:
+        data, positions = parse(text)
+    except SyntaxProblem as exc:
+        return CheckResult(filename, (Diagnostic(filename, exc.line, exc.column, "(root)",
+                                                 exc.message),), None)
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
+        return CheckResult(filename, (Diagnostic(filename, 1, 1, "(root)",
+                                                 f"a spec is a mapping of keys (version:, name:,"
+                                                 f" model:, ...), but this file holds {kind}"),),
+                           None)
+    findings = list(non_finite_numbers(data))
+    findings += structural_findings(data)
+    structural_paths = {f.path for f in findings}
+    findings += [f for f in semantic_findings(data, spec_dir) if f.path not in structural_paths]
+    diagnostics = _positioned(findings, positions, filename)
+    has_errors = any(d.severity == "error" for d in diagnostics)
+    return CheckResult(filename, diagnostics, None if has_errors else build_spec(data))
+
+
+def _positioned(findings: list[Finding], positions: object, filename: str
+                ) -> tuple[Diagnostic, ...]:
+    from hetc.schema.source import SourceMap
+
+    assert isinstance(positions, SourceMap)
+    unique: dict[tuple[object, ...], Diagnostic] = {}
+    for finding in findings:
+        line, column = positions.locate(finding.path, finding.at_key)
+        diagnostic = Diagnostic(filename, line, column, dotted(finding.path), finding.message,
+                                finding.severity)
+        unique.setdefault((diagnostic.path, diagnostic.message), diagnostic)
+    return tuple(sorted(unique.values(), key=lambda d: (d.line, d.column, d.path)))

@@ -1,0 +1,249 @@
+"""Reading a spec file into plain Python data plus the line and column of every node.
+
+check-jsonschema and friends lose positions; users want `file:line:col`. We parse with
+ruamel.yaml's round-trip loader, which keeps marks, then copy the tree into plain dicts, lists
+and scalars (what jsonschema and the rest of hetc expect) while recording a position per path.
+The copy is also where hostile input is stopped: alias bombs, recursive aliases, deep nesting.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetc.schema.diagnostics import EnvironmentProblem, Path
+
+MAX_FILE_BYTES = 1024 * 1024
+"""Specs are a few kilobytes; anything over a MiB is refused before parsing."""
+MAX_NODES = 100_000
+"""Nodes after alias expansion; a billion-laughs document exceeds this at once."""
+MAX_DEPTH = 64
+"""Nesting depth; a real spec uses about six levels."""
+
+
+class SyntaxProblem(Exception):
+    """The file is not a YAML document hetc can read; carries one positioned message."""
+
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
+        self.message = message
+
+
+@dataclass
+class SourceMap:
+    """1-based (line, column) of each value and each mapping key, by document path."""
+
+    values: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[Path, tuple[int, int]] = field(default_factory=dict)
+
+    def locate(self, path: Path, at_key: bool = False) -> tuple[int, int]:
+        """Position of `path`, or of its nearest ancestor that exists in the file."""
+        if at_key and path in self.keys:
+            return self.keys[path]
+        probe = tuple(path)
+        while probe:
+            if probe in self.values:
+                return self.values[probe]
+            probe = probe[:-1]
+        return self.values.get((), (1, 1))
+
+
+def read_text(filename: str) -> str:
+    """The file's text as UTF-8 (a BOM is accepted), or a positioned / environment problem."""
+    try:
+        if os.path.isdir(filename):
+            raise EnvironmentProblem(
+                f"{filename} is a directory", "pass spec files, for example dir/*.yaml"
+            )
+        with open(filename, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{filename}: no such file", "check the path") from None
+    except PermissionError:
+        raise EnvironmentProblem(
+            f"{filename}: permission denied", "make the file readable (chmod +r)"
+        ) from None
+    except OSError as exc:
+        raise EnvironmentProblem(f"{filename}: {exc.strerror or exc}", "check the path") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SyntaxProblem(
+            1, 1, f"file is larger than the {MAX_FILE_BYTES // 1024} KiB cap for a spec"
+        )
+    return decode(raw)
+
+
+def decode(raw: bytes) -> str:
+    """UTF-8 text of `raw`, with a positioned message for the first byte that is not UTF-8."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise SyntaxProblem(1, 1, "file is UTF-16: save it as UTF-8")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = raw[: exc.start]
+        line = before.count(b"\n") + 1
+        column = len(before) - (before.rfind(b"\n") + 1) + 1
+        bad = raw[exc.start]
+        raise SyntaxProblem(
+            line, column, f"byte 0x{bad:02x} is not UTF-8: save the file as UTF-8 text"
+        ) from None
+
+
+def _position_of_offset(text: str, offset: int) -> tuple[int, int]:
+    before = text[:offset]
+    return before.count("\n") + 1, offset - (before.rfind("\n") + 1) + 1
+
+
+def parse(text: str) -> tuple[Any, SourceMap]:
+    """Parse YAML text into plain data and its source map, or raise `SyntaxProblem`."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
+
+    if not text.strip():
+        raise SyntaxProblem(1, 1, "the file is empty: a spec is a mapping that starts `version: 1`")
+    yaml = YAML(typ="rt")
+    try:
+        document = yaml.load(text)
+    except ReaderError as exc:
+        line, column = _position_of_offset(text, exc.position)
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        raise SyntaxProblem(
+            line, column, f"control character {char!r} (U+{ord(char):04X}) is not allowed in YAML"
+        ) from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        problem = str(exc.problem or exc.context or "invalid YAML")
+        raise SyntaxProblem(line, column, _explain(problem)) from None
+    except YAMLError as exc:
+        raise SyntaxProblem(1, 1, f"invalid YAML: {exc}") from None
+    except RecursionError:
+        raise SyntaxProblem(
+            1, 1, f"nesting is too deep to read (a spec needs at most {MAX_DEPTH} levels)"
+        ) from None
+    if document is None:
+        raise SyntaxProblem(1, 1, "the file holds no data: a spec is a mapping that starts `version: 1`")
+    return _Copier().copy(document)
+
+
+def _explain(problem: str) -> str:
+    if "'\\t'" in problem:
+        return f"YAML syntax: {problem} (indent with spaces; YAML forbids tabs there)"
+    if problem.startswith("found duplicate key"):
+        return f"{problem}: each key may appear once in a mapping"
+    return f"YAML syntax: {problem}"
+
+
+class _Copier:
+    """Copies a ruamel round-trip tree into plain data, recording positions and counting nodes."""
+
+    def __init__(self) -> None:
+        self.positions = SourceMap()
+        self.nodes = 0
+        self.open: set[int] = set()
+
+    def copy(self, document: Any) -> tuple[Any, SourceMap]:
+        self.positions.values[()] = _start(document)
+        return self._copy(document, (), 0), self.positions
+
+    def _copy(self, node: Any, path: Path, depth: int) -> Any:
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise SyntaxProblem(
+                *self.positions.locate(path),
+                f"the document expands to more than {MAX_NODES} nodes"
+                " (aliases repeating large parts?): a spec is far smaller",
+            )
+        if depth > MAX_DEPTH:
+            raise SyntaxProblem(
+                *self.positions.locate(path),
+                f"nesting is deeper than {MAX_DEPTH} levels: a spec needs about six",
+            )
+        if isinstance(node, (CommentedMap, CommentedSeq)):
+            if id(node) in self.open:
+                raise SyntaxProblem(
+                    *self.positions.locate(path), "a YAML alias refers to a node that contains it"
+                )
+            self.open.add(id(node))
+            try:
+                if isinstance(node, CommentedMap):
+                    return self._copy_map(node, path, depth)
+                return self._copy_seq(node, path, depth)
+            finally:
+                self.open.discard(id(node))
+        return _scalar(node)
+
+    def _copy_map(self, node: Any, path: Path, depth: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key in node:
+            name = key if isinstance(key, str) else str(_scalar(key))
+            child = (*path, name)
+            try:
+                key_line, key_col = node.lc.key(key)
+                self.positions.keys[child] = (key_line + 1, key_col + 1)
+                value_line, value_col = node.lc.value(key)
+                self.positions.values[child] = (value_line + 1, value_col + 1)
+            except (KeyError, TypeError, AttributeError):
+                self.positions.values[child] = self.positions.locate(path)
+            value = node[key]
+            if _has_position(value):
+                self.positions.values[child] = _start(value)
+            result[name] = self._copy(value, child, depth + 1)
+        return result
+
+    def _copy_seq(self, node: Any, path: Path, depth: int) -> list[Any]:
+        result: list[Any] = []
+        for index, value in enumerate(node):
+            child = (*path, index)
+            try:
+                line, col = node.lc.item(index)
+                self.positions.values[child] = (line + 1, col + 1)
+            except (KeyError, TypeError, AttributeError):
+                self.positions.values[child] = self.positions.locate(path)
+            if _has_position(value):
+                self.positions.values[child] = _start(value)
+            result.append(self._copy(value, child, depth + 1))
+        return result
+
+
+def _has_position(node: Any) -> bool:
+    lc = getattr(node, "lc", None)
+    return lc is not None and getattr(lc, "line", None) is not None
+
+
+def _start(node: Any) -> tuple[int, int]:
+    if _has_position(node):
+        return node.lc.line + 1, node.lc.col + 1
+    return 1, 1
+
+
+def _scalar(value: Any) -> Any:
+    """Plain Python for a ruamel scalar: bool, int, float, str or None; others become text."""
+    from ruamel.yaml.comments import TaggedScalar
+    from ruamel.yaml.scalarbool import ScalarBoolean
+
+    if value is None or isinstance(value, (bool, str)):
+        return str(value) if isinstance(value, str) else value
+    if isinstance(value, ScalarBoolean):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return value.isoformat()
+    if isinstance(value, TaggedScalar):
+        return str(value.value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, (set, frozenset)):
+        return sorted(str(v) for v in value)
+    return str(value)

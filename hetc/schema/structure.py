@@ -1,0 +1,183 @@
+"""Structural checks: the JSON Schema, with its errors rewritten for people.
+
+The schema file beside this module is the single source of structural truth (editors load it
+through `hetc schema`). jsonschema's own messages name Python reprs and schema keywords; here
+each error becomes a Finding that says what is wrong at which path and what would be right.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from hetc.schema.diagnostics import Finding, Path, did_you_mean
+from hetc.units import DIMENSIONS, UnitError, parse_quantity
+
+SCHEMA_FILE = "spec.schema.json"
+
+
+@cache
+def spec_schema_text() -> str:
+    """The spec's JSON Schema exactly as shipped (what `hetc schema` prints)."""
+    return resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
+
+
+@cache
+def spec_schema() -> dict[str, Any]:
+    loaded = json.loads(spec_schema_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+@cache
+def _validator() -> Any:
+    from jsonschema import Draft7Validator
+
+    return Draft7Validator(spec_schema())
+
+
+_JSON_TYPES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "list",
+    dict: "mapping",
+    type(None): "null",
+}
+
+
+def describe_value(value: Any) -> str:
+    """`a string 'x'`, `a list`, `the number 3`: how a value is named in messages."""
+    kind = _JSON_TYPES.get(type(value), type(value).__name__)
+    if isinstance(value, (dict, list)):
+        return f"a {kind}"
+    if value is None:
+        return "nothing (null)"
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return f"{kind} {shown}"
+
+
+def _expected(types: str | list[str]) -> str:
+    names = {"object": "a mapping", "array": "a list", "integer": "an integer",
+             "number": "a number", "string": "a string", "boolean": "true or false",
+             "null": "null"}
+    listed = [types] if isinstance(types, str) else types
+    return " or ".join(names.get(t, t) for t in listed)
+
+
+def non_finite_numbers(data: Any, path: Path = ()) -> Iterator[Finding]:
+    """NaN and infinities anywhere (JSON Schema's comparisons let NaN through)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        yield Finding(path, f"{data!r} is not a finite number (write a real value)")
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            yield from non_finite_numbers(value, (*path, key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            yield from non_finite_numbers(value, (*path, index))
+
+
+def structural_findings(data: Any) -> list[Finding]:
+    """Every schema violation in `data`, one Finding each, in document order."""
+    findings: list[Finding] = []
+    for error in _validator().iter_errors(data):
+        findings.extend(_translate(error))
+    return findings
+
+
+def _translate(error: Any) -> list[Finding]:
+    path: Path = tuple(error.absolute_path)
+    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    kind = error.validator
+    value = error.instance
+    quantity = schema.get("x-quantity")
+    if "propertyNames" in error.relative_schema_path:
+        allowed = ", ".join(schema["propertyNames"]["enum"])
+        key = str(value)
+        return [Finding((*path, key), f"unknown key {key!r} (use one of {allowed})"
+                        f"{did_you_mean(key, schema['propertyNames']['enum'])}", at_key=True)]
+    if kind == "required":
+        missing = error.message.split("'")[1]
+        described = schema.get("properties", {}).get(missing, {}).get("description", "")
+        hint = f": {described}" if described else ""
+        return [Finding((*path, missing), f"missing required key {missing!r}{hint}")]
+    if kind == "additionalProperties":
+        known = list(schema.get("properties", {}))
+        return [
+            Finding((*path, key), f"unknown key {key!r}{did_you_mean(key, known)}"
+                    + ("" if did_you_mean(key, known) else f" (known keys: {', '.join(known)})"),
+                    at_key=True)
+            for key in value
+            if key not in known
+        ]
+    if quantity:
+        return [Finding(path, _quantity_message(value, quantity))]
+    if kind == "type":
+        return [Finding(path, f"expected {_expected(error.validator_value)},"
+                              f" got {describe_value(value)}")]
+    if kind == "enum":
+        options = [str(o) for o in error.validator_value]
+        return [Finding(path, f"{describe_value(value)} is not one of {' | '.join(options)}"
+                              f"{did_you_mean(str(value), options)}")]
+    if kind == "const":
+        return [Finding(path, f"must be {error.validator_value!r}, got {describe_value(value)}")]
+    if kind in ("oneOf", "anyOf") and "x-error" in schema:
+        return [Finding(path, str(schema["x-error"]))]
+    if kind == "pattern":
+        return [Finding(path, _pattern_message(value, schema))]
+    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        words = {"minimum": "at least", "exclusiveMinimum": "greater than",
+                 "maximum": "at most", "exclusiveMaximum": "less than"}
+        return [Finding(path, f"must be {words[kind]} {error.validator_value}, got {value!r}")]
+    if kind == "minItems":
+        return [Finding(path, f"needs at least {error.validator_value} entr"
+                              f"{'y' if error.validator_value == 1 else 'ies'}, got {len(value)}")]
+    if kind == "maxItems":
+        return [Finding(path, f"takes at most {error.validator_value} entries, got {len(value)}")]
+    if kind == "minLength":
+        return [Finding(path, "must not be empty")]
+    if kind == "minProperties":
+        return [Finding(path, f"needs at least {error.validator_value} entry")]
+    return [Finding(path, error.message)]
+
+
+def _quantity_message(value: Any, dimension: str) -> str:
+    try:
+        parse_quantity(value, dimension)
+    except UnitError as exc:
+        return str(exc)
+    return f"{value!r} is out of range: use {DIMENSIONS[dimension].describe()}"
+
+
+def _pattern_message(value: str, schema: dict[str, Any]) -> str:
+    if schema.get("pattern", "").startswith("^[^"):
+        return "names may not contain NUL or line breaks (any other character is fine)"
+    description = schema.get("description", "")
+    return f"{value!r} has the wrong form" + (f": {description}" if description else "")
+
+
+def iter_quantities(data: Any, schema: dict[str, Any] | None = None,
+                    path: Path = ()) -> Iterator[tuple[Path, str, Any]]:
+    """(path, dimension, raw value) of every unit-bearing value present in `data`."""
+    root = spec_schema()
+    node = root if schema is None else schema
+    if "$ref" in node:
+        node = root["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    if "x-quantity" in node:
+        yield path, node["x-quantity"], data
+        return
+    if isinstance(data, dict):
+        properties = node.get("properties", {})
+        extra = node.get("additionalProperties")
+        for key, value in data.items():
+            child = properties.get(key, extra if isinstance(extra, dict) else None)
+            if child is not None:
+                yield from iter_quantities(value, child, (*path, key))
+    elif isinstance(data, list) and isinstance(node.get("items"), dict):
+        for index, value in enumerate(data):
+            yield from iter_quantities(value, node["items"], (*path, index))

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Install hetc on a fresh machine and run it on a bundled example.
+# Usage: bash scripts/demo.sh [example spec]   (default: examples/gptneo-a100-v100.yaml)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check -e .
+spec=${1:-examples/gptneo-a100-v100.yaml}
+echo "+ hetc validate $spec"
+.venv/bin/hetc validate "$spec"
