@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -49,14 +48,14 @@ def _guarded(command: F) -> F:
             raise typer.Exit(EXIT_ENVIRONMENT) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
-        except Exception as exc:  # noqa: BLE001 - the last line of defence
+        except Exception as exc:
             with tempfile.NamedTemporaryFile(
                 "w", prefix="hetc-crash-", suffix=".txt", delete=False
             ) as saved:
                 traceback.print_exc(file=saved)
             typer.echo(
                 f"hetc: internal error ({type(exc).__name__}: {exc!s:.200}); this is a bug in"
-                f" hetc {__version__}. Traceback saved to {saved.name}",
+                f" hetc {__version__}; please report it: the traceback is in {saved.name}",
                 err=True,
             )
             raise typer.Exit(EXIT_INTERNAL) from None
@@ -101,12 +100,23 @@ def validate(
             unreadable.append(exc)
     invalid = [r for r in results if r.errors or (strict and r.warnings)]
     if as_json:
-        typer.echo(json.dumps({
-            "valid": not invalid and not unreadable,
-            "files": [{"file": r.file, "valid": r not in invalid,
-                       "diagnostics": [d.as_json() for d in r.diagnostics]} for r in results],
-            "unreadable": [{"problem": e.what, "to_fix": e.to_fix} for e in unreadable],
-        }, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "valid": not invalid and not unreadable,
+                    "files": [
+                        {
+                            "file": r.file,
+                            "valid": r not in invalid,
+                            "diagnostics": [d.as_json() for d in r.diagnostics],
+                        }
+                        for r in results
+                    ],
+                    "unreadable": [{"problem": e.what, "to_fix": e.to_fix} for e in unreadable],
+                },
+                indent=2,
+            )
+        )
     else:
         for result in results:
             for diagnostic in result.diagnostics:
@@ -138,7 +148,3 @@ def schema(as_json: JsonFlag = False) -> None:
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="hetc")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,8 +41,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if forbidden:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line("CI=true: these tests were skipped but are not in"
-                                " tests/skips_allowed.txt:", red=True)
+            reporter.write_line(
+                "CI=true: these tests were skipped but are not in tests/skips_allowed.txt:",
+                red=True,
+            )
             for nodeid in forbidden:
                 reporter.write_line(f"  {nodeid}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -119,7 +119,11 @@ class ModelArchitecture:
             head += self.hidden * e
         if not self.tied_embeddings:
             head += self.vocab * e
-        return {"embedding": embedding, "blocks": self.layers * self.layer_parameters(), "head": head}
+        return {
+            "embedding": embedding,
+            "blocks": self.layers * self.layer_parameters(),
+            "head": head,
+        }
 
     def parameter_count(self) -> int:
         """Total distinct parameters (tied embeddings counted once)."""

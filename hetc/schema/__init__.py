@@ -49,8 +49,9 @@ def check_file(filename: str) -> CheckResult:
     try:
         text = read_text(filename)
     except SyntaxProblem as exc:
-        return CheckResult(filename, (Diagnostic(filename, exc.line, exc.column, "(root)",
-                                                 exc.message),), None)
+        return CheckResult(
+            filename, (Diagnostic(filename, exc.line, exc.column, "(root)", exc.message),), None
+        )
     return check_text(text, filename, os.path.dirname(filename) or ".")
 
 
@@ -59,14 +60,25 @@ def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> Chec
     try:
         data, positions = parse(text)
     except SyntaxProblem as exc:
-        return CheckResult(filename, (Diagnostic(filename, exc.line, exc.column, "(root)",
-                                                 exc.message),), None)
+        return CheckResult(
+            filename, (Diagnostic(filename, exc.line, exc.column, "(root)", exc.message),), None
+        )
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
-        return CheckResult(filename, (Diagnostic(filename, 1, 1, "(root)",
-                                                 f"a spec is a mapping of keys (version:, name:,"
-                                                 f" model:, ...), but this file holds {kind}"),),
-                           None)
+        return CheckResult(
+            filename,
+            (
+                Diagnostic(
+                    filename,
+                    1,
+                    1,
+                    "(root)",
+                    f"a spec is a mapping of keys (version:, name:,"
+                    f" model:, ...), but this file holds {kind}",
+                ),
+            ),
+            None,
+        )
     findings = list(non_finite_numbers(data))
     findings += structural_findings(data)
     structural_paths = {f.path for f in findings}
@@ -76,15 +88,17 @@ def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> Chec
     return CheckResult(filename, diagnostics, None if has_errors else build_spec(data))
 
 
-def _positioned(findings: list[Finding], positions: object, filename: str
-                ) -> tuple[Diagnostic, ...]:
+def _positioned(
+    findings: list[Finding], positions: object, filename: str
+) -> tuple[Diagnostic, ...]:
     from hetc.schema.source import SourceMap
 
     assert isinstance(positions, SourceMap)
     unique: dict[tuple[object, ...], Diagnostic] = {}
     for finding in findings:
         line, column = positions.locate(finding.path, finding.at_key)
-        diagnostic = Diagnostic(filename, line, column, dotted(finding.path), finding.message,
-                                finding.severity)
+        diagnostic = Diagnostic(
+            filename, line, column, dotted(finding.path), finding.message, finding.severity
+        )
         unique.setdefault((diagnostic.path, diagnostic.message), diagnostic)
     return tuple(sorted(unique.values(), key=lambda d: (d.line, d.column, d.path)))

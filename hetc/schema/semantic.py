@@ -57,15 +57,14 @@ def _quantities(data: dict[str, Any]) -> Iterator[Finding]:
 def _model(data: dict[str, Any]) -> Iterator[Finding]:
     model = _dict(data.get("model"))
     preset = _str(model.get("preset"))
-    if preset is not None and "architecture" not in model:
-        if catalog.find_model(preset) is None:
-            names = [m.name for m in catalog.models().values()]
-            names += [a for m in catalog.models().values() for a in m.aliases]
-            yield Finding(
-                ("model", "preset"),
-                f"unknown model preset {preset!r}{did_you_mean(preset, names)}"
-                f" (presets: {', '.join(catalog.models())}; or describe it under `architecture:`)",
-            )
+    if preset is not None and "architecture" not in model and catalog.find_model(preset) is None:
+        names = [m.name for m in catalog.models().values()]
+        names += [a for m in catalog.models().values() for a in m.aliases]
+        yield Finding(
+            ("model", "preset"),
+            f"unknown model preset {preset!r}{did_you_mean(preset, names)}"
+            f" (presets: {', '.join(catalog.models())}; or describe it under `architecture:`)",
+        )
     arch = resolved_architecture(data)
     if arch is None:
         return
@@ -215,8 +214,7 @@ def _zones(data: dict[str, Any]) -> Iterator[Finding]:
     if len(kinds) > 1:
         yield Finding(
             kinds["cpu"],
-            "cpu devices (gloo) and gpu devices (NCCL) cannot train in one job:"
-            " use only one kind",
+            "cpu devices (gloo) and gpu devices (NCCL) cannot train in one job: use only one kind",
         )
 
 
@@ -355,9 +353,9 @@ def _run(data: dict[str, Any]) -> Iterator[Finding]:
 
 def _profiles(data: dict[str, Any], spec_dir: str) -> Iterator[Finding]:
     for index, entry in enumerate(_list(data.get("profiles"))):
-        if isinstance(entry, str) and entry and "\0" not in entry:
-            if not os.path.isfile(os.path.join(spec_dir, entry)):
-                yield Finding(
-                    ("profiles", index),
-                    f"profile file {entry!r} not found (paths are relative to the spec's folder)",
-                )
+        readable = isinstance(entry, str) and entry and "\0" not in entry
+        if readable and not os.path.isfile(os.path.join(spec_dir, entry)):
+            yield Finding(
+                ("profiles", index),
+                f"profile file {entry!r} not found (paths are relative to the spec's folder)",
+            )

@@ -3,7 +3,8 @@
 check-jsonschema and friends lose positions; users want `file:line:col`. We parse with
 ruamel.yaml's round-trip loader, which keeps marks, then copy the tree into plain dicts, lists
 and scalars (what jsonschema and the rest of hetc expect) while recording a position per path.
-The copy is also where hostile input is stopped: alias bombs, recursive aliases, deep nesting.
+The copy is also where hostile input is stopped: alias bombs and deep nesting. (ruamel itself
+turns a recursive alias into null, which the schema then reports where it stands.)
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def parse(text: str) -> tuple[Any, SourceMap]:
 
     if not text.strip():
         raise SyntaxProblem(1, 1, "the file is empty: a spec is a mapping that starts `version: 1`")
+    _check_flow_depth(text)
     yaml = YAML(typ="rt")
     try:
         document = yaml.load(text)
@@ -128,8 +130,40 @@ def parse(text: str) -> tuple[Any, SourceMap]:
             1, 1, f"nesting is too deep to read (a spec needs at most {MAX_DEPTH} levels)"
         ) from None
     if document is None:
-        raise SyntaxProblem(1, 1, "the file holds no data: a spec is a mapping that starts `version: 1`")
+        raise SyntaxProblem(
+            1, 1, "the file holds no data: a spec is a mapping that starts `version: 1`"
+        )
     return _Copier().copy(document)
+
+
+def _check_flow_depth(text: str) -> None:
+    """Refuse deeply nested `[`/`{` before ruamel's scanner, which slows quadratically on them.
+
+    Brackets inside quotes and comments are skipped; a stray bracket in a plain scalar may be
+    counted, which matters only past MAX_DEPTH unclosed ones.
+    """
+    depth, quote, comment = 0, "", False
+    previous = "\n"
+    for offset, char in enumerate(text):
+        if comment:
+            comment = char != "\n"
+        elif quote:
+            if char == quote and not (quote == '"' and previous == "\\"):
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and previous in " \t\n":
+            comment = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SyntaxProblem(
+                    *_position_of_offset(text, offset),
+                    f"nesting is deeper than {MAX_DEPTH} levels: a spec needs about six",
+                )
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        previous = char
 
 
 def _explain(problem: str) -> str:
@@ -146,7 +180,6 @@ class _Copier:
     def __init__(self) -> None:
         self.positions = SourceMap()
         self.nodes = 0
-        self.open: set[int] = set()
 
     def copy(self, document: Any) -> tuple[Any, SourceMap]:
         self.positions.values[()] = _start(document)
@@ -167,18 +200,10 @@ class _Copier:
                 *self.positions.locate(path),
                 f"nesting is deeper than {MAX_DEPTH} levels: a spec needs about six",
             )
-        if isinstance(node, (CommentedMap, CommentedSeq)):
-            if id(node) in self.open:
-                raise SyntaxProblem(
-                    *self.positions.locate(path), "a YAML alias refers to a node that contains it"
-                )
-            self.open.add(id(node))
-            try:
-                if isinstance(node, CommentedMap):
-                    return self._copy_map(node, path, depth)
-                return self._copy_seq(node, path, depth)
-            finally:
-                self.open.discard(id(node))
+        if isinstance(node, CommentedMap):
+            return self._copy_map(node, path, depth)
+        if isinstance(node, CommentedSeq):
+            return self._copy_seq(node, path, depth)
         return _scalar(node)
 
     def _copy_map(self, node: Any, path: Path, depth: int) -> dict[str, Any]:

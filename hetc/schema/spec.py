@@ -249,8 +249,9 @@ def build_spec(data: dict[str, Any]) -> Spec:
                     slurm=dict(pool.get("slurm", {})),
                 )
             )
-        zones.append(Zone(name=zone["name"], region=zone.get("region", zone["name"]),
-                          pools=tuple(pools)))
+        zones.append(
+            Zone(name=zone["name"], region=zone.get("region", zone["name"]), pools=tuple(pools))
+        )
     constraints = data.get("constraints", {})
     architecture = resolved_architecture(data)
     assert architecture is not None, "semantic checks reject unknown models"

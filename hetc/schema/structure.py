@@ -63,9 +63,15 @@ def describe_value(value: Any) -> str:
 
 
 def _expected(types: str | list[str]) -> str:
-    names = {"object": "a mapping", "array": "a list", "integer": "an integer",
-             "number": "a number", "string": "a string", "boolean": "true or false",
-             "null": "null"}
+    names = {
+        "object": "a mapping",
+        "array": "a list",
+        "integer": "an integer",
+        "number": "a number",
+        "string": "a string",
+        "boolean": "true or false",
+        "null": "null",
+    }
     listed = [types] if isinstance(types, str) else types
     return " or ".join(names.get(t, t) for t in listed)
 
@@ -97,10 +103,16 @@ def _translate(error: Any) -> list[Finding]:
     value = error.instance
     quantity = schema.get("x-quantity")
     if "propertyNames" in error.relative_schema_path:
-        allowed = ", ".join(schema["propertyNames"]["enum"])
+        options = [str(o) for o in error.validator_value]
         key = str(value)
-        return [Finding((*path, key), f"unknown key {key!r} (use one of {allowed})"
-                        f"{did_you_mean(key, schema['propertyNames']['enum'])}", at_key=True)]
+        return [
+            Finding(
+                (*path, key),
+                f"unknown key {key!r} (use one of {', '.join(options)})"
+                f"{did_you_mean(key, options)}",
+                at_key=True,
+            )
+        ]
     if kind == "required":
         missing = error.message.split("'")[1]
         described = schema.get("properties", {}).get(missing, {}).get("description", "")
@@ -109,21 +121,32 @@ def _translate(error: Any) -> list[Finding]:
     if kind == "additionalProperties":
         known = list(schema.get("properties", {}))
         return [
-            Finding((*path, key), f"unknown key {key!r}{did_you_mean(key, known)}"
-                    + ("" if did_you_mean(key, known) else f" (known keys: {', '.join(known)})"),
-                    at_key=True)
+            Finding(
+                (*path, key),
+                f"unknown key {key!r}{did_you_mean(key, known)}"
+                + ("" if did_you_mean(key, known) else f" (known keys: {', '.join(known)})"),
+                at_key=True,
+            )
             for key in value
             if key not in known
         ]
     if quantity:
         return [Finding(path, _quantity_message(value, quantity))]
     if kind == "type":
-        return [Finding(path, f"expected {_expected(error.validator_value)},"
-                              f" got {describe_value(value)}")]
+        return [
+            Finding(
+                path, f"expected {_expected(error.validator_value)}, got {describe_value(value)}"
+            )
+        ]
     if kind == "enum":
         options = [str(o) for o in error.validator_value]
-        return [Finding(path, f"{describe_value(value)} is not one of {' | '.join(options)}"
-                              f"{did_you_mean(str(value), options)}")]
+        return [
+            Finding(
+                path,
+                f"{describe_value(value)} is not one of {' | '.join(options)}"
+                f"{did_you_mean(str(value), options)}",
+            )
+        ]
     if kind == "const":
         return [Finding(path, f"must be {error.validator_value!r}, got {describe_value(value)}")]
     if kind in ("oneOf", "anyOf") and "x-error" in schema:
@@ -131,12 +154,21 @@ def _translate(error: Any) -> list[Finding]:
     if kind == "pattern":
         return [Finding(path, _pattern_message(value, schema))]
     if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        words = {"minimum": "at least", "exclusiveMinimum": "greater than",
-                 "maximum": "at most", "exclusiveMaximum": "less than"}
+        words = {
+            "minimum": "at least",
+            "exclusiveMinimum": "greater than",
+            "maximum": "at most",
+            "exclusiveMaximum": "less than",
+        }
         return [Finding(path, f"must be {words[kind]} {error.validator_value}, got {value!r}")]
     if kind == "minItems":
-        return [Finding(path, f"needs at least {error.validator_value} entr"
-                              f"{'y' if error.validator_value == 1 else 'ies'}, got {len(value)}")]
+        return [
+            Finding(
+                path,
+                f"needs at least {error.validator_value} entr"
+                f"{'y' if error.validator_value == 1 else 'ies'}, got {len(value)}",
+            )
+        ]
     if kind == "maxItems":
         return [Finding(path, f"takes at most {error.validator_value} entries, got {len(value)}")]
     if kind == "minLength":
@@ -161,8 +193,9 @@ def _pattern_message(value: str, schema: dict[str, Any]) -> str:
     return f"{value!r} has the wrong form" + (f": {description}" if description else "")
 
 
-def iter_quantities(data: Any, schema: dict[str, Any] | None = None,
-                    path: Path = ()) -> Iterator[tuple[Path, str, Any]]:
+def iter_quantities(
+    data: Any, schema: dict[str, Any] | None = None, path: Path = ()
+) -> Iterator[tuple[Path, str, Any]]:
     """(path, dimension, raw value) of every unit-bearing value present in `data`."""
     root = spec_schema()
     node = root if schema is None else schema
