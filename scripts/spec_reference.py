@@ -1,0 +1,97 @@
+"""Write docs/spec-reference.md from the JSON Schema, the single source of the spec's structure.
+
+Usage: python scripts/spec_reference.py [--check]   (--check: exit 1 if the file is stale)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "hetc" / "schema" / "spec.schema.json"
+TARGET = ROOT / "docs" / "spec-reference.md"
+
+
+def _kind(node: dict[str, Any], definitions: dict[str, Any]) -> str:
+    if "$ref" in node:
+        name = node["$ref"].rsplit("/", 1)[1]
+        return f"{name.replace('_', ' ')} (e.g. `{_example(definitions[name])}`)"
+    if "enum" in node:
+        return " \\| ".join(f"`{v}`" for v in node["enum"])
+    if "const" in node:
+        return f"`{node['const']}`"
+    kind = node.get("type", "")
+    if kind == "array":
+        items = node.get("items", {})
+        inner = _kind(items, definitions) if "properties" not in items else "mapping"
+        return f"list of {inner}"
+    if kind == "object":
+        return "mapping"
+    if kind == "integer" and "minimum" in node:
+        return f"integer >= {node['minimum']}"
+    return str(kind)
+
+
+def _example(definition: dict[str, Any]) -> str:
+    description = definition["description"]
+    return (
+        description.split("such as '", 1)[1].split("'", 1)[0] if "such as '" in description else ""
+    )
+
+
+def _rows(
+    node: dict[str, Any], definitions: dict[str, Any], path: str, required: bool
+) -> Iterator[str]:
+    if path:
+        default = (
+            f"`{json.dumps(node['default'])}`"
+            if "default" in node
+            else ("**required**" if required else "")
+        )
+        description = node.get("description", "").replace("|", "\\|")
+        yield f"| `{path}` | {_kind(node, definitions)} | {default} | {description} |"
+    items = node.get("items", {}) if node.get("type") == "array" else None
+    target = items if isinstance(items, dict) and "properties" in items else node
+    prefix = f"{path}[]" if target is not node else path
+    needed = set(target.get("required", []))
+    for key, child in target.get("properties", {}).items():
+        yield from _rows(child, definitions, f"{prefix}.{key}" if prefix else key, key in needed)
+
+
+def render() -> str:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    definitions = schema["definitions"]
+    lines = [
+        "# Spec reference (version 1)",
+        "",
+        "Generated from `hetc/schema/spec.schema.json` by `scripts/spec_reference.py`;",
+        "do not edit. Quantities take a number in SI base units or a string with a unit; the",
+        "units each kind accepts are listed at the end. `[]` marks the entries of a list.",
+        "",
+        "| key | kind | default | meaning |",
+        "|---|---|---|---|",
+        *_rows(schema, definitions, "", True),
+        "",
+        "## Units",
+        "",
+    ]
+    for name, definition in definitions.items():
+        lines.append(f"- **{name.replace('_', ' ')}**: {definition['description']}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    text = render()
+    if "--check" in sys.argv:
+        if TARGET.read_text(encoding="utf-8") != text:
+            raise SystemExit(f"{TARGET} is stale: run python scripts/spec_reference.py")
+        return
+    TARGET.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
