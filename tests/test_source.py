@@ -118,3 +118,10 @@ def test_unreadable_files_are_environment_problems(tmp_path: Path, kind: str) ->
     with pytest.raises(EnvironmentProblem) as caught:
         check_file(str(path))
     assert caught.value.to_fix
+
+
+def test_collection_as_mapping_key_is_a_positioned_problem() -> None:
+    """A mapping used as a key (ruamel raises TypeError on it) is reported, not crashed on."""
+    assert "keys must be" in _only("model: {{a: {b: 1}}: 2}\n")
+    assert _only("model: {{a: 1}: 2}\n").startswith("s.yaml:1:9: (root): a list or mapping is")
+    assert _only("? [a, b]\n: 1\n").startswith("s.yaml:1:3: (root): a list or mapping is used")

@@ -304,3 +304,20 @@ def test_unknown_key_points_at_the_key() -> None:
     text += "  globl: 3\nzones: [{name: z, pools: [{device: T4, quota: 4}]}]\n"
     (diagnostic,) = check_text(text, "s.yaml").errors
     assert (diagnostic.line, diagnostic.column, diagnostic.path) == (6, 3, "training.globl")
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    [
+        {"layers": 2, "hidden": 8, "heads": 0, "vocab": 10},
+        {"layers": 2, "hidden": 8, "heads": "a", "vocab": 10},
+        {"layers": 2, "hidden": 8, "heads": 2, "kv_heads": 0, "vocab": 10},
+        {"layers": 2, "hidden": 8, "heads": 2, "vocab": 10, "max_positions": "x"},
+        {"layers": 2, "hidden": 8, "heads": 2, "vocab": 10, "local_attention": 5},
+        {"layers": 2, "hidden": 8, "heads": 2, "vocab": 10, "local_attention": {"pattern": 3}},
+    ],
+)
+def test_malformed_architecture_is_reported_not_crashed_on(architecture: dict[str, Any]) -> None:
+    """Semantic checks skip a malformed architecture; the schema reports it at its path."""
+    found = _check(lambda d: d.update(model={"architecture": architecture}))
+    assert found and all(f.startswith("model.architecture.") for f in found), found

@@ -13,7 +13,7 @@ from typing import Any
 
 from hetc import catalog
 from hetc.schema.diagnostics import Finding, Path, did_you_mean
-from hetc.schema.structure import iter_quantities
+from hetc.schema.structure import conforms, iter_quantities
 from hetc.units import UnitError, parse_quantity
 
 REQUIRED_FOR_NEW_DEVICE = ("memory", "peak_tflops", "memory_bandwidth")
@@ -84,10 +84,11 @@ def resolved_architecture(data: dict[str, Any]) -> catalog.ModelArchitecture | N
     """The model the spec names or describes, or None where that part is malformed."""
     model = _dict(data.get("model"))
     if "architecture" in model:
-        try:
-            return catalog.architecture_from_mapping(_dict(model["architecture"]))
-        except (TypeError, KeyError, ZeroDivisionError):
+        shape = model["architecture"]
+        schema_path = ("properties", "model", "properties", "architecture")
+        if not conforms(shape, *schema_path):
             return None
+        return catalog.architecture_from_mapping(shape)
     preset = _str(model.get("preset"))
     found = catalog.find_model(preset) if preset is not None else None
     return found.architecture if found is not None else None

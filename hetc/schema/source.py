@@ -125,6 +125,11 @@ def parse(text: str) -> tuple[Any, SourceMap]:
         raise SyntaxProblem(line, column, _explain(problem)) from None
     except YAMLError as exc:
         raise SyntaxProblem(1, 1, f"invalid YAML: {exc}") from None
+    except TypeError as exc:
+        # ruamel's constructor raises this for a mapping or list used as a mapping key.
+        raise SyntaxProblem(
+            1, 1, f"YAML that hetc cannot read ({exc}): mapping keys must be plain names"
+        ) from None
     except RecursionError:
         raise SyntaxProblem(
             1, 1, f"nesting is too deep to read (a spec needs at most {MAX_DEPTH} levels)"
@@ -209,6 +214,11 @@ class _Copier:
     def _copy_map(self, node: Any, path: Path, depth: int) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key in node:
+            if isinstance(key, (tuple, list, dict, set)) or hasattr(key, "items"):
+                line, col = node.lc.key(key)
+                raise SyntaxProblem(
+                    line + 1, col + 1, "a list or mapping is used as a key: keys must be names"
+                )
             name = key if isinstance(key, str) else str(_scalar(key))
             child = (*path, name)
             try:

@@ -88,6 +88,19 @@ def non_finite_numbers(data: Any, path: Path = ()) -> Iterator[Finding]:
             yield from non_finite_numbers(value, (*path, index))
 
 
+def conforms(value: Any, *schema_path: str) -> bool:
+    """Whether `value` is valid against the schema node at `schema_path` (for semantic checks
+    that must not run on malformed parts; the structural pass reports those)."""
+    from jsonschema import Draft7Validator
+
+    node: Any = spec_schema()
+    for key in schema_path:
+        node = node[key]
+    return bool(
+        Draft7Validator({**node, "definitions": spec_schema()["definitions"]}).is_valid(value)
+    )
+
+
 def structural_findings(data: Any) -> list[Finding]:
     """Every schema violation in `data`, one Finding each, in document order."""
     findings: list[Finding] = []
