@@ -86,17 +86,13 @@ def validate(
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
 ) -> None:
     """Check spec files; print every problem as FILE:LINE:COL: path: message."""
-    from hetc.schema import check_file
+    from hetc.schema import EnvironmentProblem, check_file
 
     results, unreadable = [], []
     for file in files:
         try:
             results.append(check_file(str(file)))
-        except Exception as exc:
-            from hetc.schema import EnvironmentProblem
-
-            if not isinstance(exc, EnvironmentProblem):
-                raise
+        except EnvironmentProblem as exc:
             unreadable.append(exc)
     invalid = [r for r in results if r.errors or (strict and r.warnings)]
     if as_json:

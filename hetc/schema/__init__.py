@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hetc.schema.diagnostics import Diagnostic, EnvironmentProblem, Finding, dotted
 from hetc.schema.semantic import semantic_findings
-from hetc.schema.source import SyntaxProblem, parse, read_text
+from hetc.schema.source import SourceMap, SyntaxProblem, parse, read_text
 from hetc.schema.spec import Spec, build_spec
 from hetc.schema.structure import non_finite_numbers, spec_schema_text, structural_findings
 
@@ -49,9 +49,7 @@ def check_file(filename: str) -> CheckResult:
     try:
         text = read_text(filename)
     except SyntaxProblem as exc:
-        return CheckResult(
-            filename, (Diagnostic(filename, exc.line, exc.column, "(root)", exc.message),), None
-        )
+        return _unreadable(filename, exc.line, exc.column, exc.message)
     return check_text(text, filename, os.path.dirname(filename) or ".")
 
 
@@ -60,24 +58,14 @@ def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> Chec
     try:
         data, positions = parse(text)
     except SyntaxProblem as exc:
-        return CheckResult(
-            filename, (Diagnostic(filename, exc.line, exc.column, "(root)", exc.message),), None
-        )
+        return _unreadable(filename, exc.line, exc.column, exc.message)
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
-        return CheckResult(
+        return _unreadable(
             filename,
-            (
-                Diagnostic(
-                    filename,
-                    1,
-                    1,
-                    "(root)",
-                    f"a spec is a mapping of keys (version:, name:,"
-                    f" model:, ...), but this file holds {kind}",
-                ),
-            ),
-            None,
+            1,
+            1,
+            f"a spec is a mapping of keys (version:, name:, model:, ...); this file holds {kind}",
         )
     findings = list(non_finite_numbers(data))
     findings += structural_findings(data)
@@ -88,13 +76,16 @@ def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> Chec
     return CheckResult(filename, diagnostics, None if has_errors else build_spec(data))
 
 
-def _positioned(
-    findings: list[Finding], positions: object, filename: str
-) -> tuple[Diagnostic, ...]:
-    from hetc.schema.source import SourceMap
+def _unreadable(filename: str, line: int, column: int, message: str) -> CheckResult:
+    """A file that could not be read as a spec at all: one diagnostic about the whole file."""
+    return CheckResult(filename, (Diagnostic(filename, line, column, "(root)", message),), None)
 
-    assert isinstance(positions, SourceMap)
-    unique: dict[tuple[object, ...], Diagnostic] = {}
+
+def _positioned(
+    findings: list[Finding], positions: SourceMap, filename: str
+) -> tuple[Diagnostic, ...]:
+    """Findings with file positions, duplicates dropped, in document order."""
+    unique: dict[tuple[str, str], Diagnostic] = {}
     for finding in findings:
         line, column = positions.locate(finding.path, finding.at_key)
         diagnostic = Diagnostic(
