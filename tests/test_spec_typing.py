@@ -93,3 +93,28 @@ def test_a_spec_with_errors_has_no_typed_form() -> None:
     """Typing happens only after every check passed."""
     result = check_text(MINIMAL.replace("quota: 6", "quota: 0"), "s.yaml")
     assert result.errors and result.spec is None
+
+
+def test_whole_number_floats_are_integers_and_number_fields_floats() -> None:
+    """`quota: 4.0` is the integer 4 (JSON Schema's reading); `lr: 1` is the float 1.0."""
+    text = MINIMAL.replace("quota: 6", "quota: 4.0").replace(
+        "training: {global_batch_size: 64}",
+        "training: {global_batch_size: 64.0, optimizer: {lr: 1, betas: [0, 0.5]},"
+        " gradient_clipping: 2}",
+    )
+    spec = _spec(text)
+    assert spec.zones[0].pools[0].quota == 4 and isinstance(spec.zones[0].pools[0].quota, int)
+    assert isinstance(spec.training.global_batch_size, int)
+    assert spec.training.optimizer.lr == 1.0 and isinstance(spec.training.optimizer.lr, float)
+    assert spec.training.optimizer.betas == (0.0, 0.5)
+    assert all(isinstance(b, float) for b in spec.training.optimizer.betas)
+    assert isinstance(spec.training.gradient_clipping, float)
+
+
+def test_whole_number_float_gets_the_integer_checks() -> None:
+    """zero_stage 3.0 is refused exactly like 3."""
+    result = check_text(
+        MINIMAL.replace("global_batch_size: 64}", "global_batch_size: 64, zero_stage: 3.0}"),
+        "s.yaml",
+    )
+    assert [d.path for d in result.errors] == ["training.zero_stage"]

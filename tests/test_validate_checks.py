@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -228,7 +229,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     (
         "min_lr above lr",
         lambda d: d["training"]["lr_schedule"].update(min_lr=1.0),
-        "training.lr_schedule.min_lr: min_lr 1.0 is above the peak lr 0.0003",
+        "training.lr_schedule.min_lr: min_lr 1 is above the peak lr 0.0003",
     ),
     (
         "seq_len over positions",
@@ -321,3 +322,68 @@ def test_malformed_architecture_is_reported_not_crashed_on(architecture: dict[st
     """Semantic checks skip a malformed architecture; the schema reports it at its path."""
     found = _check(lambda d: d.update(model={"architecture": architecture}))
     assert found and all(f.startswith("model.architecture.") for f in found), found
+
+
+MINIMAL = """\
+version: 1
+name: job
+model: {preset: OPT-350M}
+training: {global_batch_size: 8}
+zones:
+  - name: z
+    pools: [{device: A100-40GB, quota: 4}]
+"""
+LINE = re.compile(r"^.+:\d+:\d+: \S+: .+$")
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected_path"),
+    [
+        ("devices: [{name: A100-40GB, kind: []}]\n", "devices[0].kind"),
+        ("devices: [{name: A100-40GB, kind: tpu}]\n", "devices[0].kind"),
+        ("devices: [{name: A100-40GB, gpus_per_node: .inf}]\n", "devices[0].gpus_per_node"),
+        ('"\\ud800": 1\n', '["\\ud800"]'),
+        ('"my key": 1\n', '["my\\x20key"]'),
+        ('"a\\nb": 1\n', '["a\\nb"]'),
+        ('"": 1\n', '[""]'),
+    ],
+)
+def test_hostile_keys_and_device_fields_give_one_clean_line(extra: str, expected_path: str) -> None:
+    """Found by the property test: these crashed or broke the line format before."""
+    text = MINIMAL.replace(
+        "    pools: [{device: A100-40GB, quota: 4}]\n",
+        "    pools: [{device: A100-40GB, quota: 4}, {device: T4, quota: 4}]\n",
+    )
+    result = check_text(text + extra, "s.yaml")
+    lines = [d.format() for d in result.diagnostics]
+    assert {d.path for d in result.errors} == {expected_path}, lines
+    assert all(LINE.match(line) and "\n" not in line for line in lines)
+    assert all(line.isprintable() for line in lines)
+
+
+def test_invalid_precision_is_reported_once() -> None:
+    """An unknown precision is one enum error, not also one error per pool."""
+    result = check_text(
+        MINIMAL.replace("global_batch_size: 8}", 'global_batch_size: 8, precision: "fp8\\nX"}'),
+        "s.yaml",
+    )
+    assert [d.path for d in result.diagnostics] == ["training.precision"]
+    assert "\n" not in result.diagnostics[0].format()
+
+
+@pytest.mark.parametrize("where", ["name: job", "  - name: z"])
+def test_trailing_newline_in_a_name_is_refused(where: str) -> None:
+    """JSON Schema patterns are ECMA-262: `$` does not match before a final newline."""
+    quoted = where.replace("job", '"job\\n"').replace(": z", ': "z\\n"')
+    result = check_text(MINIMAL.replace(where, quoted), "s.yaml")
+    assert any("may not contain NUL or line breaks" in d.message for d in result.errors)
+
+
+def test_warmup_is_compared_with_the_default_run_length() -> None:
+    """Without `run:`, warm-up is checked against the documented default of 1000 steps."""
+    text = MINIMAL.replace(
+        "global_batch_size: 8}", "global_batch_size: 8, lr_schedule: {warmup_steps: 2000}}"
+    )
+    (warning,) = check_text(text, "s.yaml").warnings
+    assert warning.path == "training.lr_schedule.warmup_steps"
+    assert "whole run of 1000 steps" in warning.message

@@ -6,6 +6,8 @@ pre-commit hook all print the same `FILE:LINE:COL: dotted.path: what is wrong (w
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -14,14 +16,37 @@ Path = tuple[str | int, ...]
 Severity = Literal["error", "warning"]
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+
+
+def printable(text: str) -> str:
+    """`text` with every character that could break a one-line diagnostic or a terminal
+    (controls, line and paragraph separators, lone surrogates, odd spaces) escaped."""
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def dotted(path: Sequence[str | int]) -> str:
-    """`('zones', 0, 'pools', 1, 'device')` -> `zones[0].pools[1].device`; the root is `(root)`."""
+    """`('zones', 0, 'pools', 1, 'device')` -> `zones[0].pools[1].device`; the root is `(root)`.
+
+    A key that is not a plain name is written as a quoted index, spaces escaped, so the path
+    stays one unambiguous word: `training["my\\x20key"]`, `[""]`.
+    """
     text = ""
     for part in path:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            text += f".{part}" if text else part
         else:
-            text += f".{part}" if text else str(part)
+            quoted = json.dumps(part, ensure_ascii=False).replace(" ", "\\x20")
+            text += f"[{printable(quoted)}]"
     return text or "(root)"
 
 
@@ -37,8 +62,11 @@ class Diagnostic:
     severity: Severity = "error"
 
     def format(self) -> str:
+        """The one-line form `FILE:LINE:COL: path: [warning: ]message`, safe to print."""
         prefix = "warning: " if self.severity == "warning" else ""
-        return f"{self.file}:{self.line}:{self.column}: {self.path}: {prefix}{self.message}"
+        return printable(
+            f"{self.file}:{self.line}:{self.column}: {self.path}: {prefix}{self.message}"
+        )
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -13,7 +13,7 @@ from typing import Any
 
 from hetc import catalog
 from hetc.schema.diagnostics import Finding, Path, did_you_mean
-from hetc.schema.structure import conforms, iter_quantities
+from hetc.schema.structure import conforms, iter_quantities, schema_default
 from hetc.units import UnitError, parse_quantity
 
 REQUIRED_FOR_NEW_DEVICE = ("memory", "peak_tflops", "memory_bandwidth")
@@ -71,7 +71,9 @@ def _model(data: dict[str, Any]) -> Iterator[Finding]:
     if "architecture" in model:
         for field, message in arch.problems():
             yield Finding(("model", "architecture", field), message)
-    seq_len = _int(_dict(data.get("training")).get("seq_len", 2048))
+    seq_len = _int(
+        _dict(data.get("training")).get("seq_len", schema_default("training", "seq_len"))
+    )
     if arch.position == "learned" and seq_len is not None and seq_len > arch.max_positions:
         yield Finding(
             ("training", "seq_len"),
@@ -115,7 +117,7 @@ def _training(data: dict[str, Any]) -> Iterator[Finding]:
             ("training", "lr_schedule", "min_lr"),
             f"min_lr {min_lr} is above the peak lr {lr} (use a value of at most {lr})",
         )
-    steps = _int(_dict(data.get("run")).get("steps"))
+    steps = _int(_dict(data.get("run")).get("steps", schema_default("run", "steps")))
     warmup = _int(schedule.get("warmup_steps"))
     if steps is not None and warmup is not None and warmup >= steps:
         yield Finding(
@@ -156,7 +158,11 @@ def _devices(data: dict[str, Any]) -> Iterator[Finding]:
 
 
 def _zones(data: dict[str, Any]) -> Iterator[Finding]:
-    precision = _str(_dict(data.get("training")).get("precision", "fp16"))
+    precision = _dict(data.get("training")).get(
+        "precision", schema_default("training", "precision")
+    )
+    if precision not in catalog.TRAINING_PRECISIONS:
+        precision = None  # the schema reports it; a device cannot be judged against it
     custom = spec_device_names(data)
     known = list(catalog.devices()) + custom
     zone_seen: dict[str, int] = {}
@@ -179,7 +185,11 @@ def _zones(data: dict[str, Any]) -> Iterator[Finding]:
             path: Path = ("zones", z, "pools", p)
             device_name = _str(pool.get("device"))
             device = effective_device(data, device_name) if device_name else None
-            if device_name is not None and device is None:
+            named = device_name is not None and (
+                catalog.find_device(device_name) is not None
+                or device_name.casefold() in (c.casefold() for c in custom)
+            )
+            if device_name is not None and not named:
                 yield Finding(
                     (*path, "device"),
                     f"unknown device {device_name!r}{did_you_mean(device_name, known)}"
@@ -212,7 +222,7 @@ def _zones(data: dict[str, Any]) -> Iterator[Finding]:
                     " (until then its cost counts as 0 USD/h)",
                     severity="warning",
                 )
-    if len(kinds) > 1:
+    if "cpu" in kinds and "gpu" in kinds:
         yield Finding(
             kinds["cpu"],
             "cpu devices (gloo) and gpu devices (NCCL) cannot train in one job: use only one kind",
@@ -257,6 +267,8 @@ def effective_device(data: dict[str, Any], name: str) -> catalog.DeviceType | No
         if _str(_dict(candidate).get("name")) and str(candidate["name"]).casefold() == (
             name.casefold()
         ):
+            if not conforms(candidate, "properties", "devices", "items"):
+                return None  # malformed: the schema reports it, no device checks on guesses
             entry = dict(candidate)
             break
     base = next(
@@ -270,8 +282,8 @@ def effective_device(data: dict[str, Any], name: str) -> catalog.DeviceType | No
         merged["name"] = base["name"]
     try:
         return catalog.device_from_mapping(merged)
-    except (KeyError, TypeError, ValueError, AssertionError):
-        return None
+    except (KeyError, ValueError):
+        return None  # a new device missing a required number: reported by `_devices`
 
 
 def _place_names(data: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -342,7 +354,8 @@ def _sites(data: dict[str, Any]) -> Iterator[Finding]:
 
 def _run(data: dict[str, Any]) -> Iterator[Finding]:
     run = _dict(data.get("run"))
-    steps, every = _int(run.get("steps", 1000)), _int(run.get("checkpoint_every"))
+    steps = _int(run.get("steps", schema_default("run", "steps")))
+    every = _int(run.get("checkpoint_every"))
     if steps is not None and every is not None and every > steps:
         yield Finding(
             ("run", "checkpoint_every"),

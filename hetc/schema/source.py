@@ -272,7 +272,9 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        return float(value)
+        # JSON Schema counts 4.0 as an integer; making it one here keeps every later check
+        # (and the typed spec) from seeing two spellings of the same number.
+        return int(value) if value.is_integer() else float(value)
     if isinstance(value, (datetime.date, datetime.datetime)):
         return value.isoformat()
     if isinstance(value, TaggedScalar):

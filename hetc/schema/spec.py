@@ -182,6 +182,10 @@ def _opt_q(value: Any, dimension: str) -> float | None:
     return None if value is None else parse_quantity(value, dimension)
 
 
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
 def _link(data: dict[str, Any] | None, default: LinkClass) -> LinkClass:
     data = data or {}
     window = data.get("tcp_window")
@@ -196,11 +200,16 @@ def _link(data: dict[str, Any] | None, default: LinkClass) -> LinkClass:
 def build_spec(data: dict[str, Any]) -> Spec:
     """Type a document that has passed every check (structural and semantic)."""
     training = dict(data["training"])
-    optimizer = dict(training.pop("optimizer", {}))
-    if "betas" in optimizer:
-        optimizer["betas"] = tuple(optimizer["betas"])
-    schedule = training.pop("lr_schedule", {})
+    optimizer: dict[str, Any] = {
+        k: tuple(map(float, v)) if k == "betas" else v if k == "type" else float(v)
+        for k, v in training.pop("optimizer", {}).items()
+    }
+    schedule: dict[str, Any] = {
+        k: float(v) if k == "min_lr" else v for k, v in training.pop("lr_schedule", {}).items()
+    }
     tokens = training.pop("tokens", None)
+    if "gradient_clipping" in training:
+        training["gradient_clipping"] = float(training["gradient_clipping"])
     typed_training = Training(
         **training,
         optimizer=Optimizer(**optimizer),
@@ -266,7 +275,7 @@ def build_spec(data: dict[str, Any]) -> Spec:
         objective=data.get("objective", "max_throughput"),
         constraints=Constraints(
             max_cost_per_iteration=_opt_q(constraints.get("max_cost_per_iteration"), "money"),
-            min_throughput=constraints.get("min_throughput"),
+            min_throughput=_opt_float(constraints.get("min_throughput")),
             max_gpus=constraints.get("max_gpus"),
         ),
         devices=devices,

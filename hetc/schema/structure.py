@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
@@ -33,11 +34,57 @@ def spec_schema() -> dict[str, Any]:
     return loaded
 
 
+def ecma_anchors(pattern: str) -> str:
+    """`pattern` with each `$` anchor made `\\Z`: JSON Schema patterns are ECMA-262, where `$`
+    matches only at the very end, but Python's `$` also matches before a final newline (so
+    `^[^\\n]+$` would let `"name\\n"` through)."""
+    out, escaped, in_class = [], False, False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append("\\Z")
+            continue
+        out.append(char)
+    return "".join(out)
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(ecma_anchors(pattern))
+
+
+def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema import ValidationError
+
+    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+@cache
+def _validator_class() -> Any:
+    from jsonschema import Draft7Validator, validators
+
+    return validators.extend(Draft7Validator, {"pattern": _ecma_pattern})
+
+
 @cache
 def _validator() -> Any:
-    from jsonschema import Draft7Validator
+    return _validator_class()(spec_schema())
 
-    return Draft7Validator(spec_schema())
+
+def schema_default(*keys: str) -> Any:
+    """The `default` the schema documents for the property at `keys` (e.g. "run", "steps")."""
+    node: Any = spec_schema()
+    for key in keys:
+        node = node["properties"][key]
+    return node["default"]
 
 
 _JSON_TYPES = {
@@ -91,14 +138,11 @@ def non_finite_numbers(data: Any, path: Path = ()) -> Iterator[Finding]:
 def conforms(value: Any, *schema_path: str) -> bool:
     """Whether `value` is valid against the schema node at `schema_path` (for semantic checks
     that must not run on malformed parts; the structural pass reports those)."""
-    from jsonschema import Draft7Validator
-
     node: Any = spec_schema()
     for key in schema_path:
         node = node[key]
-    return bool(
-        Draft7Validator({**node, "definitions": spec_schema()["definitions"]}).is_valid(value)
-    )
+    schema = {**node, "definitions": spec_schema()["definitions"]}
+    return bool(_validator_class()(schema).is_valid(value))
 
 
 def structural_findings(data: Any) -> list[Finding]:
