@@ -132,7 +132,8 @@ def test_version() -> None:
     assert result.exit_code == 0 and result.stdout.strip() == f"hetc {__version__}"
 
 
-HEAVY = ("torch", "deepspeed", "ortools", "numpy")
+# jsonschema too: it is the draft-07 validator's test oracle, too slow to import per run.
+HEAVY = ("torch", "deepspeed", "ortools", "numpy", "jsonschema")
 
 
 @pytest.mark.parametrize("command", [["validate", str(EXAMPLES[0])], ["schema"]])

@@ -2,7 +2,7 @@
 
 check-jsonschema and friends lose positions; users want `file:line:col`. We parse with
 ruamel.yaml's round-trip loader, which keeps marks, then copy the tree into plain dicts, lists
-and scalars (what jsonschema and the rest of hetc expect) while recording a position per path.
+and scalars (what the schema validator and the rest of hetc expect), recording each position.
 The copy is also where hostile input is stopped: alias bombs and deep nesting. (ruamel itself
 turns a recursive alias into null, which the schema then reports where it stands.)
 """

@@ -1,21 +1,21 @@
 """Structural checks: the JSON Schema, with its errors rewritten for people.
 
 The schema file beside this module is the single source of structural truth (editors load it
-through `hetc schema`). jsonschema's own messages name Python reprs and schema keywords; here
-each error becomes a Finding that says what is wrong at which path and what would be right.
+through `hetc schema`); `draft07` checks documents against it. Each violated keyword becomes a
+Finding that says what is wrong at which path and what would be right, in words, not keywords.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from hetc.schema.diagnostics import Finding, Path, did_you_mean
+from hetc.schema.draft07 import SchemaError, Validator
 from hetc.units import DIMENSIONS, UnitError, parse_quantity
 
 SCHEMA_FILE = "spec.schema.json"
@@ -34,49 +34,9 @@ def spec_schema() -> dict[str, Any]:
     return loaded
 
 
-def ecma_anchors(pattern: str) -> str:
-    """`pattern` with each `$` anchor made `\\Z`: JSON Schema patterns are ECMA-262, where `$`
-    matches only at the very end, but Python's `$` also matches before a final newline (so
-    `^[^\\n]+$` would let `"name\\n"` through)."""
-    out, escaped, in_class = [], False, False
-    for char in pattern:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == "[":
-            in_class = True
-        elif char == "]":
-            in_class = False
-        elif char == "$" and not in_class:
-            out.append("\\Z")
-            continue
-        out.append(char)
-    return "".join(out)
-
-
 @cache
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(ecma_anchors(pattern))
-
-
-def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
-    from jsonschema import ValidationError
-
-    if validator.is_type(instance, "string") and not _compiled(pattern).search(instance):
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-@cache
-def _validator_class() -> Any:
-    from jsonschema import Draft7Validator, validators
-
-    return validators.extend(Draft7Validator, {"pattern": _ecma_pattern})
-
-
-@cache
-def _validator() -> Any:
-    return _validator_class()(spec_schema())
+def _validator() -> Validator:
+    return Validator(spec_schema())
 
 
 def schema_default(*keys: str) -> Any:
@@ -141,8 +101,7 @@ def conforms(value: Any, *schema_path: str) -> bool:
     node: Any = spec_schema()
     for key in schema_path:
         node = node[key]
-    schema = {**node, "definitions": spec_schema()["definitions"]}
-    return bool(_validator_class()(schema).is_valid(value))
+    return Validator(node, root=spec_schema()).is_valid(value)
 
 
 def structural_findings(data: Any) -> list[Finding]:
@@ -153,15 +112,13 @@ def structural_findings(data: Any) -> list[Finding]:
     return findings
 
 
-def _translate(error: Any) -> list[Finding]:
-    path: Path = tuple(error.absolute_path)
-    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
-    kind = error.validator
-    value = error.instance
+def _translate(error: SchemaError) -> list[Finding]:
+    path, schema, kind, value = error.path, error.schema, error.keyword, error.instance
+    expected = error.expected
     quantity = schema.get("x-quantity")
-    if "propertyNames" in error.relative_schema_path:
-        options = [str(o) for o in error.validator_value]
-        key = str(value)
+    if kind == "propertyNames":
+        options = [str(o) for o in expected.get("enum", [])]
+        key = error.detail
         return [
             Finding(
                 (*path, key),
@@ -171,32 +128,20 @@ def _translate(error: Any) -> list[Finding]:
             )
         ]
     if kind == "required":
-        missing = error.message.split("'")[1]
+        missing = error.detail
         described = schema.get("properties", {}).get(missing, {}).get("description", "")
         hint = f": {described}" if described else ""
         return [Finding((*path, missing), f"missing required key {missing!r}{hint}")]
     if kind == "additionalProperties":
-        known = list(schema.get("properties", {}))
-        return [
-            Finding(
-                (*path, key),
-                f"unknown key {key!r}{did_you_mean(key, known)}"
-                + ("" if did_you_mean(key, known) else f" (known keys: {', '.join(known)})"),
-                at_key=True,
-            )
-            for key in value
-            if key not in known
-        ]
+        key, known = error.detail, list(schema.get("properties", {}))
+        suggestion = did_you_mean(key, known) or f" (known keys: {', '.join(known)})"
+        return [Finding((*path, key), f"unknown key {key!r}{suggestion}", at_key=True)]
     if quantity:
         return [Finding(path, _quantity_message(value, quantity))]
     if kind == "type":
-        return [
-            Finding(
-                path, f"expected {_expected(error.validator_value)}, got {describe_value(value)}"
-            )
-        ]
+        return [Finding(path, f"expected {_expected(expected)}, got {describe_value(value)}")]
     if kind == "enum":
-        options = [str(o) for o in error.validator_value]
+        options = [str(o) for o in expected]
         return [
             Finding(
                 path,
@@ -205,34 +150,29 @@ def _translate(error: Any) -> list[Finding]:
             )
         ]
     if kind == "const":
-        return [Finding(path, f"must be {error.validator_value!r}, got {describe_value(value)}")]
-    if kind in ("oneOf", "anyOf") and "x-error" in schema:
-        return [Finding(path, str(schema["x-error"]))]
+        return [Finding(path, f"must be {expected!r}, got {describe_value(value)}")]
+    if kind == "oneOf":
+        return [Finding(path, str(schema.get("x-error", "matches none, or several, of the forms")))]
     if kind == "pattern":
         return [Finding(path, _pattern_message(value, schema))]
-    if kind in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        words = {
-            "minimum": "at least",
-            "exclusiveMinimum": "greater than",
-            "maximum": "at most",
-            "exclusiveMaximum": "less than",
-        }
-        return [Finding(path, f"must be {words[kind]} {error.validator_value}, got {value!r}")]
+    if kind in _BOUND_WORDS:
+        return [Finding(path, f"must be {_BOUND_WORDS[kind]} {expected}, got {value!r}")]
     if kind == "minItems":
-        return [
-            Finding(
-                path,
-                f"needs at least {error.validator_value} entr"
-                f"{'y' if error.validator_value == 1 else 'ies'}, got {len(value)}",
-            )
-        ]
+        entries = "entry" if expected == 1 else "entries"
+        return [Finding(path, f"needs at least {expected} {entries}, got {len(value)}")]
     if kind == "maxItems":
-        return [Finding(path, f"takes at most {error.validator_value} entries, got {len(value)}")]
+        return [Finding(path, f"takes at most {expected} entries, got {len(value)}")]
     if kind == "minLength":
         return [Finding(path, "must not be empty")]
-    if kind == "minProperties":
-        return [Finding(path, f"needs at least {error.validator_value} entry")]
-    return [Finding(path, error.message)]
+    return [Finding(path, f"needs at least {expected} entry")]  # minProperties
+
+
+_BOUND_WORDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "greater than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
 
 
 def _quantity_message(value: Any, dimension: str) -> str:
