@@ -205,27 +205,33 @@ def _zones(data: dict[str, Any]) -> Iterator[Finding]:
                     )
                 pool_seen[pool_name] = p
             yield from _pool_arithmetic(pool, path, device)
-            if device is None:
-                continue
-            kinds.setdefault(device.kind, (*path, "device"))
-            if precision is not None and not device.supports(precision):
-                supported = [q for q in catalog.TRAINING_PRECISIONS if device.supports(q)]
-                yield Finding(
-                    (*path, "device"),
-                    f"{device.name} has no {precision}: use"
-                    f" {' or '.join(supported) or 'another precision'} or drop the pool",
-                )
-            if device.price is None and "price" not in pool:
-                yield Finding(
-                    (*path, "device"),
-                    f"no list price is known for {device.name}: give the pool a `price`"
-                    " (until then its cost counts as 0 USD/h)",
-                    severity="warning",
-                )
+            if device is not None:
+                kinds.setdefault(device.kind, (*path, "device"))
+                yield from _device_fit(pool, path, device, precision)
     if "cpu" in kinds and "gpu" in kinds:
         yield Finding(
             kinds["cpu"],
             "cpu devices (gloo) and gpu devices (NCCL) cannot train in one job: use only one kind",
+        )
+
+
+def _device_fit(
+    pool: dict[str, Any], path: Path, device: catalog.DeviceType, precision: str | None
+) -> Iterator[Finding]:
+    """Can the pool's device train at this precision, and is it priced?"""
+    if precision is not None and not device.supports(precision):
+        supported = [q for q in catalog.TRAINING_PRECISIONS if device.supports(q)]
+        yield Finding(
+            (*path, "device"),
+            f"{device.name} has no {precision}: use"
+            f" {' or '.join(supported) or 'another precision'} or drop the pool",
+        )
+    if device.price is None and "price" not in pool:
+        yield Finding(
+            (*path, "device"),
+            f"no list price is known for {device.name}: give the pool a `price`"
+            " (until then its cost counts as 0 USD/h)",
+            severity="warning",
         )
 
 

@@ -59,7 +59,7 @@ _JSON_TYPES = {
 
 
 def describe_value(value: Any) -> str:
-    """`a string 'x'`, `a list`, `the number 3`: how a value is named in messages."""
+    """`string 'x'`, `a list`, `integer 3`: how a value is named in messages."""
     kind = _JSON_TYPES.get(type(value), type(value).__name__)
     if isinstance(value, (dict, list)):
         return f"a {kind}"
@@ -105,66 +105,58 @@ def conforms(value: Any, *schema_path: str) -> bool:
 
 
 def structural_findings(data: Any) -> list[Finding]:
-    """Every schema violation in `data`, one Finding each, in document order."""
-    findings: list[Finding] = []
-    for error in _validator().iter_errors(data):
-        findings.extend(_translate(error))
-    return findings
+    """Every schema violation in `data`, one Finding per violated keyword."""
+    return [_translate(error) for error in _validator().iter_errors(data)]
 
 
-def _translate(error: SchemaError) -> list[Finding]:
+def _translate(error: SchemaError) -> Finding:
     path, schema, kind, value = error.path, error.schema, error.keyword, error.instance
     expected = error.expected
     quantity = schema.get("x-quantity")
     if kind == "propertyNames":
         options = [str(o) for o in expected.get("enum", [])]
         key = error.detail
-        return [
-            Finding(
-                (*path, key),
-                f"unknown key {key!r} (use one of {', '.join(options)})"
-                f"{did_you_mean(key, options)}",
-                at_key=True,
-            )
-        ]
+        return Finding(
+            (*path, key),
+            f"unknown key {key!r} (use one of {', '.join(options)}){did_you_mean(key, options)}",
+            at_key=True,
+        )
     if kind == "required":
         missing = error.detail
         described = schema.get("properties", {}).get(missing, {}).get("description", "")
         hint = f": {described}" if described else ""
-        return [Finding((*path, missing), f"missing required key {missing!r}{hint}")]
+        return Finding((*path, missing), f"missing required key {missing!r}{hint}")
     if kind == "additionalProperties":
         key, known = error.detail, list(schema.get("properties", {}))
         suggestion = did_you_mean(key, known) or f" (known keys: {', '.join(known)})"
-        return [Finding((*path, key), f"unknown key {key!r}{suggestion}", at_key=True)]
+        return Finding((*path, key), f"unknown key {key!r}{suggestion}", at_key=True)
     if quantity:
-        return [Finding(path, _quantity_message(value, quantity))]
+        return Finding(path, _quantity_message(value, quantity))
     if kind == "type":
-        return [Finding(path, f"expected {_expected(expected)}, got {describe_value(value)}")]
+        return Finding(path, f"expected {_expected(expected)}, got {describe_value(value)}")
     if kind == "enum":
         options = [str(o) for o in expected]
-        return [
-            Finding(
-                path,
-                f"{describe_value(value)} is not one of {' | '.join(options)}"
-                f"{did_you_mean(str(value), options)}",
-            )
-        ]
+        return Finding(
+            path,
+            f"{describe_value(value)} is not one of {' | '.join(options)}"
+            f"{did_you_mean(str(value), options)}",
+        )
     if kind == "const":
-        return [Finding(path, f"must be {expected!r}, got {describe_value(value)}")]
+        return Finding(path, f"must be {expected!r}, got {describe_value(value)}")
     if kind == "oneOf":
-        return [Finding(path, str(schema.get("x-error", "matches none, or several, of the forms")))]
+        return Finding(path, str(schema.get("x-error", "matches none, or several, of the forms")))
     if kind == "pattern":
-        return [Finding(path, _pattern_message(value, schema))]
+        return Finding(path, _pattern_message(value, schema))
     if kind in _BOUND_WORDS:
-        return [Finding(path, f"must be {_BOUND_WORDS[kind]} {expected}, got {value!r}")]
+        return Finding(path, f"must be {_BOUND_WORDS[kind]} {expected}, got {value!r}")
     if kind == "minItems":
         entries = "entry" if expected == 1 else "entries"
-        return [Finding(path, f"needs at least {expected} {entries}, got {len(value)}")]
+        return Finding(path, f"needs at least {expected} {entries}, got {len(value)}")
     if kind == "maxItems":
-        return [Finding(path, f"takes at most {expected} entries, got {len(value)}")]
+        return Finding(path, f"takes at most {expected} entries, got {len(value)}")
     if kind == "minLength":
-        return [Finding(path, "must not be empty")]
-    return [Finding(path, f"needs at least {expected} entry")]  # minProperties
+        return Finding(path, "must not be empty")
+    return Finding(path, f"needs at least {expected} entry")  # minProperties
 
 
 _BOUND_WORDS = {
