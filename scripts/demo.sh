@@ -10,3 +10,11 @@ python=${PYTHON:-python3}
 spec=${1:-examples/gptneo-a100-v100.yaml}
 echo "+ hetc validate $spec"
 .venv/bin/hetc validate "$spec"
+
+# What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
+broken=$(mktemp --suffix=.yaml)
+trap 'rm -f "$broken"' EXIT
+sed -e 's/A100-40GB/A100-40G/' -e 's/precision: fp16/precision: bf16/' "$spec" > "$broken"
+echo
+echo "+ hetc validate <the same spec with two mistakes>"
+.venv/bin/hetc validate "$broken" || echo "(exit code $?: the spec is invalid)"
