@@ -9,7 +9,12 @@ if ! command -v git >/dev/null 2>&1; then
     # The pre-commit hook test drives a real git repository.
     apt-get update -qq && apt-get install -y -qq --no-install-recommends git
 fi
-[ -x .venv/bin/python ] || "$python" -m venv .venv
+if [ ! -x .venv/bin/python ] && ! "$python" -m venv .venv; then
+    # Debian's system Python keeps venv/ensurepip in a separate package.
+    rm -rf .venv
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv
+    "$python" -m venv .venv
+fi
 # torch first and pinned: an unpinned torch (or deepspeed's `torch>=2`) pulls a multi-GB CUDA build.
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e ".[runtime,dev]"
@@ -19,7 +24,5 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     .venv/bin/pre-commit run --all-files --show-diff-on-failure
 fi
 
-status=0
-.venv/bin/python -m pytest "$@" || status=$?
-# pytest exits 5 when it collected nothing: that is a failure here, never a pass.
-exit "$status"
+# pytest's exit code is the verdict (5, "no tests collected", fails the run like any other).
+exec .venv/bin/python -m pytest "$@"
