@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft7Validator, ValidationError, validators
 from ruamel.yaml import YAML
 
-from hetc.schema.draft07 import SUPPORTED, Validator, ecma_anchors
+from hetc.draft07 import SUPPORTED, Validator, ecma_anchors
 from hetc.schema.structure import spec_schema
 
 ROOT = Path(__file__).resolve().parent.parent

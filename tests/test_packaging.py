@@ -25,6 +25,7 @@ SHIPPED_DATA = [
     "catalog/devices.json",
     "catalog/models.json",
     "schema/spec.schema.json",
+    "plan/plan.schema.json",
     "templates/README.md",
 ]
 BUILD_TIMEOUT = 300

@@ -118,3 +118,18 @@ def test_whole_number_float_gets_the_integer_checks() -> None:
         "s.yaml",
     )
     assert [d.path for d in result.errors] == ["training.zero_stage"]
+
+
+def test_spec_hash_ignores_form_and_sees_content() -> None:
+    """Comments, key order and unit spelling keep the hash; a changed value changes it."""
+    from hetc.schema import spec_hash
+
+    base = spec_hash(_spec(MINIMAL))
+    assert len(base) == 64 and base == spec_hash(_spec(MINIMAL))
+    reworded = "# a comment\n" + MINIMAL.replace(
+        "training: {global_batch_size: 64}", "training: {global_batch_size: 64, seq_len: 2048}"
+    )
+    assert spec_hash(_spec(reworded)) == base  # 2048 is the default
+    units = MINIMAL + "network: {intra_zone: {bandwidth: 100Gbps}}\n"
+    assert spec_hash(_spec(units)) == base  # the default, spelt out
+    assert spec_hash(_spec(MINIMAL.replace("quota: 6", "quota: 4"))) != base

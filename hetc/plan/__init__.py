@@ -1,6 +1,38 @@
 """The Plan IR: what the solver returns and every emitter and the runtime read.
 
-Holds the plan's typed form, its canonical JSON and JSON Schema, the per-rank file format and
-the capability matrix (DESIGN.md, "The Plan IR"). Standard library only; the runtime imports
-hetc only through this package. Its contents arrive with the cost-model issue (#3).
+The plan's typed form and consistency checks (`ir`), its canonical JSON and JSON Schema
+(`codec`), and the capability matrix (`capability`). Standard library only; the runtime imports
+hetc only through this package.
 """
+
+from hetc.plan.capability import WAVE_1, Cell, capability_problems, cells_used
+from hetc.plan.codec import PlanFormatError, plan_from_json, plan_schema, plan_to_json
+from hetc.plan.ir import (
+    PLAN_FORMAT_VERSION,
+    Node,
+    Pipeline,
+    Plan,
+    Predictions,
+    Replica,
+    Stage,
+    plan_problems,
+)
+
+__all__ = [
+    "PLAN_FORMAT_VERSION",
+    "WAVE_1",
+    "Cell",
+    "Node",
+    "Pipeline",
+    "Plan",
+    "PlanFormatError",
+    "Predictions",
+    "Replica",
+    "Stage",
+    "capability_problems",
+    "cells_used",
+    "plan_from_json",
+    "plan_problems",
+    "plan_schema",
+    "plan_to_json",
+]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hetc.schema.diagnostics import Diagnostic, EnvironmentProblem, Finding, dotted
 from hetc.schema.semantic import semantic_findings
 from hetc.schema.source import SourceMap, SyntaxProblem, parse, read_text
-from hetc.schema.spec import Spec, build_spec
+from hetc.schema.spec import Spec, build_spec, spec_hash
 from hetc.schema.structure import non_finite_numbers, spec_schema_text, structural_findings
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "Spec",
     "check_file",
     "check_text",
+    "spec_hash",
     "spec_schema_text",
 ]
 

@@ -7,7 +7,9 @@ repeats these defaults for editors; a test keeps the two equal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from hetc import catalog
@@ -288,3 +290,10 @@ def build_spec(data: dict[str, Any]) -> Spec:
         run=RunSettings(**data.get("run", {})),
         profiles=tuple(data.get("profiles", [])),
     )
+
+
+def spec_hash(spec: Spec) -> str:
+    """sha256 of the normalised spec: defaults filled, units converted, keys sorted; so editing
+    a comment, reordering keys or writing `40GB` as `40e9` keeps the hash, any real change not."""
+    canonical = json.dumps(asdict(spec), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

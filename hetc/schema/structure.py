@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from hetc.schema.diagnostics import Finding, Path, did_you_mean
-from hetc.schema.draft07 import SchemaError, Validator
+from hetc.draft07 import SchemaError, Validator
 from hetc.units import DIMENSIONS, UnitError, parse_quantity
 
 SCHEMA_FILE = "spec.schema.json"

@@ -1,4 +1,4 @@
-"""A validator for the subset of JSON Schema draft-07 that `spec.schema.json` uses.
+"""A validator for the subset of JSON Schema draft-07 that hetc's schemas (spec, plan) use.
 
 Why not the jsonschema package: importing it (attrs, referencing, the bundled metaschemas)
 costs 60-90 ms, a third of `hetc validate`'s 0.3 s budget, for every pre-commit run. This

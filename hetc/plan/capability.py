@@ -1,0 +1,74 @@
+"""The capability matrix: which plan shapes the runtime can execute, shared by planner,
+emitter and runtime so that none of them produces or starts what another cannot run.
+
+Each cell has a stable name; a refusal names the cell, so a user can find it in the docs and
+the runtime issue's tests (one oracle test per supported cell).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetc.plan.ir import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One combination of plan features and whether this release runs it."""
+
+    name: str
+    supported: bool
+    why: str
+
+
+WAVE_1: dict[str, Cell] = {
+    c.name: c
+    for c in (
+        *(
+            Cell(f"uniform-tp-stage/zero-{z}", True, "DeepSpeed engine per stage")
+            for z in (0, 1, 2)
+        ),
+        Cell("mixed-tp-stage/zero-0", True, "hetc's chunked data-parallel synchronisation"),
+        *(
+            Cell(
+                f"mixed-tp-stage/zero-{z}",
+                False,
+                "replicas with different TP degrees cannot share a ZeRO partition",
+            )
+            for z in (1, 2)
+        ),
+        *(Cell(f"precision/{p}", True, "all three train") for p in ("fp32", "fp16", "bf16")),
+        Cell("uneven-batch-shares", True, "each pipeline's own microbatch count"),
+        Cell(
+            "asymmetric-replica-counts",
+            False,
+            "a replica shared by several pipelines is not in the first runtime",
+        ),
+    )
+}
+
+
+def cells_used(plan: Plan, *, zero_stage: int, precision: str) -> list[str]:
+    """Names of the matrix cells `plan` needs, in a stable order."""
+    used = [f"precision/{precision}"]
+    for stage in plan.stages:
+        mixed = len({r.tp for r in stage.replicas}) > 1
+        used.append(f"{'mixed' if mixed else 'uniform'}-tp-stage/zero-{zero_stage}")
+    if len({p.microbatches for p in plan.pipelines}) > 1:
+        used.append("uneven-batch-shares")
+    visits = [(i, index) for p in plan.pipelines for i, index in enumerate(p.replicas)]
+    if len(visits) != len(set(visits)):
+        used.append("asymmetric-replica-counts")
+    return list(dict.fromkeys(used))
+
+
+def capability_problems(plan: Plan, *, zero_stage: int, precision: str) -> list[str]:
+    """Why this release cannot run `plan`, one line per unsupported cell; [] if it can."""
+    problems = []
+    for name in cells_used(plan, zero_stage=zero_stage, precision=precision):
+        cell = WAVE_1.get(name)
+        if cell is None:
+            problems.append(f"{name}: not in the capability matrix")
+        elif not cell.supported:
+            problems.append(f"{name}: not supported ({cell.why})")
+    return problems
