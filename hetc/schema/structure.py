@@ -14,8 +14,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from hetc.schema.diagnostics import Finding, Path, did_you_mean
 from hetc.draft07 import SchemaError, Validator
+from hetc.schema.diagnostics import Finding, Path, did_you_mean
 from hetc.units import DIMENSIONS, UnitError, parse_quantity
 
 SCHEMA_FILE = "spec.schema.json"

@@ -1,0 +1,729 @@
+"""Peak memory of one rank: what each source holds, in bytes, so the planner can reject OOM plans.
+
+Sailor (SOSP'25, sections 2 C2 and 4.3) shows that planners go wrong on memory in two ways:
+they leave sources out (optimizer state, communication buffers, fragmentation) and they assume
+every pipeline stage holds the same. This module therefore models one *rank* (one stage, one
+tensor-parallel shard, one data-parallel replica) and keeps every source as its own term, the
+way Zorse (section 4.3.5) splits parameters, gradients, optimizer state and activations.
+
+Sources, each documented where it is computed:
+
+- weights, gradients, optimizer state: :data:`DEEPSPEED_LAYOUT`, one row per precision and
+  ZeRO stage, read off DeepSpeed 0.19.8's source (file, class, function cited per row);
+- activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models" (MLSys'23), section 4, tensor parallelism *without* sequence
+  parallelism, re-derived per tensor so that GQA, SwiGLU/ReLU, an FFN width other than 4h,
+  local attention and fp32 change the right terms (:func:`layer_activation_bytes`);
+- communication buffers: what DeepSpeed allocates for gradient reduction (:func:`_buckets`);
+- overhead: CUDA context, library workspaces and allocator slack (:class:`FrameworkOverhead`).
+
+The peak is taken over three moments of an iteration, because DeepSpeed's largest transient
+buffers live when the activations are already gone:
+
+- ``backward``: activations of every in-flight microbatch, full gradients, ZeRO's reduce bucket;
+- ``reduce``: after the last backward, the non-ZeRO all-reduce's flattened gradient copy;
+- ``step``: the optimizer step, with its fp32 copies of the gradients.
+
+:func:`rank_memory` returns the breakdown of the largest moment; its ``phase`` names it.
+
+Pure Python; never imports torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from hetc.catalog import ModelArchitecture
+
+Phase = Literal["backward", "reduce", "step"]
+TERMS: Final = ("weights", "gradients", "optimizer", "activations", "buckets", "overhead")
+
+GIB: Final = 2.0**30
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MemoryBreakdown:
+    """Bytes one rank holds at its peak moment, each source separately."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    """fp32 master weights plus the optimizer's state tensors."""
+    activations: float
+    buckets: float
+    """Communication buffers for gradient reduction."""
+    overhead: float
+    """CUDA context, workspaces and allocator fragmentation."""
+    phase: Phase = "backward"
+    """The moment of the iteration these numbers describe (the one with the largest total)."""
+
+    @property
+    def total(self) -> float:
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.buckets
+            + self.overhead
+        )
+
+    def terms(self) -> dict[str, float]:
+        """The six sources by name, in a fixed order."""
+        return {name: float(getattr(self, name)) for name in TERMS}
+
+    def dominant(self) -> str:
+        """Name of the largest term (the first in `TERMS` order on a tie)."""
+        terms = self.terms()
+        return max(terms, key=lambda name: terms[name])
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FrameworkOverhead:
+    """Memory the model does not explain by tensors: per-device constant plus allocator slack.
+
+    Overridable per device type, because the CUDA context and kernel images differ by GPU
+    generation and driver.
+    """
+
+    fixed_bytes: float = 1.0 * GIB
+    """CUDA context + cuBLAS/cuDNN workspaces + NCCL communicator buffers, per process.
+
+    The default, 1 GiB, is an engineering estimate, not a measurement made for hetc: the CUDA
+    context of a PyTorch process is several hundred MiB (it holds the kernel images of torch,
+    cuBLAS and cuDNN; lazy module loading, the default since CUDA 11.7, lowers it), each NCCL
+    communicator keeps per-channel buffers of NCCL_BUFFSIZE (4 MiB by default) per peer, and
+    a rank here is in up to three communicators (TP, DP, pipeline). None of it is visible to
+    `torch.cuda.memory_allocated`, which is why Sailor's measured footprints (Figure 3) exceed
+    tensor counts. Measure `torch.cuda.mem_get_info` before and after the first collective on
+    each device type and override this.
+    """
+    fragmentation: float = 0.10
+    """Multiplicative slack on dynamic memory (activations and buckets): 0.1 = +10%.
+
+    PyTorch's caching allocator rounds blocks and cannot always reuse freed ones for
+    differently shaped requests (`memory_reserved` > `memory_allocated`). Parameters,
+    gradients and optimizer state are excluded because DeepSpeed allocates them as a few
+    flat buffers up front (`flatten_dense_tensors_aligned` in stage_1_and_2.py, the flat
+    groups of bf16_optimizer.py and fp16/fused_optimizer.py), which do not fragment.
+    """
+
+    def __post_init__(self) -> None:
+        if self.fixed_bytes < 0 or self.fragmentation < 0:
+            raise ValueError("overhead terms must be zero or more")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageShape:
+    """What one rank holds: a contiguous range of blocks, its TP shard and its 1F1B depth."""
+
+    first_block: int
+    end_block: int
+    """Transformer blocks [first_block, end_block)."""
+    has_embedding: bool
+    """Token (and learned position) embedding: the first pipeline stage."""
+    has_head: bool
+    """Final norm, output head, logits and loss: the last pipeline stage. With tied
+    embeddings the last stage holds its own copy of the embedding matrix (DeepSpeed and
+    Megatron both do; the two copies' gradients are all-reduced)."""
+    tp: int
+    microbatch: int
+    in_flight: int
+    """Microbatches whose activations are alive at once; under 1F1B stage i of P holds P - i."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.first_block <= self.end_block:
+            raise ValueError(f"bad block range [{self.first_block}, {self.end_block})")
+        if self.tp < 1 or self.microbatch < 1 or self.in_flight < 1:
+            raise ValueError("tp, microbatch and in_flight must be at least 1")
+
+    @property
+    def blocks(self) -> int:
+        return self.end_block - self.first_block
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters per rank
+# --------------------------------------------------------------------------------------------
+
+
+def _shard(n: int, tp: int) -> int:
+    """Per-rank share of a dimension split over `tp` ranks (ceil: a remainder is padded)."""
+    return -(-n // tp)
+
+
+def block_parameters_per_rank(arch: ModelArchitecture, tp: int) -> int:
+    """Parameters of one transformer block held by one TP rank (Megatron layout, no SP).
+
+    Column-parallel (split by output, bias split too): the Q/K/V projection, split by heads
+    (query heads and key/value heads each ceil-divided by `tp`, so GQA with fewer KV heads
+    than ranks replicates them as Megatron does), and the MLP's up (and SwiGLU gate) matrix.
+    Row-parallel (split by input, bias replicated because it is added after the all-reduce):
+    the attention output projection and the MLP's down matrix. Replicated: both norms.
+    With tp = 1 this equals `ModelArchitecture.layer_parameters()` (a test checks it).
+    """
+    h, d = arch.hidden, arch.resolved_head_dim
+    q = _shard(arch.heads, tp) * d
+    kv = _shard(arch.resolved_kv_heads, tp) * d
+    f = _shard(arch.resolved_ffn, tp)
+    qkv_bias = arch.linear_bias if arch.qkv_bias is None else arch.qkv_bias
+    norm = 2 * h if arch.norm == "layernorm" else h
+    attention = h * (q + 2 * kv) + q * h
+    if qkv_bias:
+        attention += q + 2 * kv
+    if arch.linear_bias:
+        attention += h
+    up = 2 if arch.mlp == "swiglu" else 1
+    mlp = up * h * f + f * h + ((up * f + h) if arch.linear_bias else 0)
+    return 2 * norm + attention + mlp
+
+
+def embedding_parameters_per_rank(arch: ModelArchitecture, tp: int) -> int:
+    """Parameters of the embedding end on one TP rank.
+
+    The token table is vocab-parallel (rows ceil-divided by `tp`); the learned position table
+    and OPT's 512->hidden input projection are replicated (Megatron keeps position embeddings
+    whole; the projection is a plain Linear). tp = 1 gives `parameter_breakdown()["embedding"]`.
+    """
+    e = arch.embedding_width
+    n = _shard(arch.vocab, tp) * e
+    if arch.position == "learned":
+        n += (arch.max_positions + arch.position_offset) * arch.hidden
+    if e != arch.hidden:
+        n += e * arch.hidden
+    return n
+
+
+def head_parameters_per_rank(arch: ModelArchitecture, tp: int, *, holds_embedding: bool) -> int:
+    """Parameters of the output end on one TP rank: final norm, projection out, output matrix.
+
+    The output matrix is vocab-parallel. With tied embeddings it is a copy of the token table,
+    counted here only when the same rank does not already hold the embedding
+    (`holds_embedding`), i.e. when the pipeline has more than one stage.
+    """
+    h, e = arch.hidden, arch.embedding_width
+    n = 0
+    if arch.final_norm:
+        n += 2 * h if arch.norm == "layernorm" else h
+    if e != h:
+        n += h * e
+    if not arch.tied_embeddings or not holds_embedding:
+        n += _shard(arch.vocab, tp) * e
+    return n
+
+
+def stage_parameters_per_rank(arch: ModelArchitecture, stage: StageShape) -> int:
+    """All parameters one rank of `stage` holds (and keeps gradients and optimizer state for)."""
+    n = stage.blocks * block_parameters_per_rank(arch, stage.tp)
+    if stage.has_embedding:
+        n += embedding_parameters_per_rank(arch, stage.tp)
+    if stage.has_head:
+        n += head_parameters_per_rank(arch, stage.tp, holds_embedding=stage.has_embedding)
+    return n
+
+
+# --------------------------------------------------------------------------------------------
+# Optimizer layout: bytes per parameter, as DeepSpeed 0.19.8 allocates them
+# --------------------------------------------------------------------------------------------
+
+DS = "deepspeed/runtime/"
+OPTIMIZER_STATES: Final[dict[str, int]] = {"adam": 2, "adamw": 2, "sgd": 1}
+"""fp32 state tensors per parameter: Adam/AdamW keep exp_avg and exp_avg_sq; SGD with momentum
+keeps momentum_buffer (the spec's sgd has momentum 0.9 by default)."""
+
+FALLBACK_ALLREDUCE_ELEMENTS: Final = 500_000_000
+"""`MEMORY_OPT_ALLREDUCE_SIZE` in deepspeed/runtime/engine.py: elements per flattened chunk of
+`DeepSpeedEngine.buffered_allreduce_fallback`, the non-ZeRO gradient all-reduce."""
+
+
+@dataclass(frozen=True, slots=True)
+class PerParam:
+    """Bytes per parameter: `replicated` on every DP rank plus `sharded` split over DP."""
+
+    replicated: float
+    sharded: float = 0.0
+
+    def at(self, dp: int) -> float:
+        return self.replicated + self.sharded / dp
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OptimizerLayout:
+    """Where DeepSpeed keeps each copy for one (precision, ZeRO stage), per parameter."""
+
+    wrapper: str
+    """The DeepSpeed class that wraps the optimizer, as engine.py picks it."""
+    weights: PerParam
+    gradients: PerParam
+    """Held at the end of backward (with the activations)."""
+    step_gradients: PerParam
+    """Held at the peak of the optimizer step (fp32 copies made there, activations gone)."""
+    master: PerParam
+    state: PerParam
+    """One optimizer state tensor (fp32); multiplied by `OPTIMIZER_STATES`."""
+    reduce: Literal["ipg_bucket", "flat_copy"]
+    """`ipg_bucket`: ZeRO's reduce bucket, `bucket_bytes` elements of the model dtype, alive in
+    backward. `flat_copy`: `buffered_allreduce_fallback` flattens the gradients into a copy of
+    `reduce_copy_bytes` per element after backward."""
+    reduce_copy_bytes: float = 0.0
+    reduce_copy_capped: bool = True
+    """Whether the copy is chunked at `FALLBACK_ALLREDUCE_ELEMENTS` (many tensors) or whole
+    (one flat tensor cast to the communication dtype)."""
+    bucket_element_bytes: float = 0.0
+    citation: str
+
+
+_FP16_OPTIMIZER = OptimizerLayout(
+    wrapper="FP16_Optimizer",
+    weights=PerParam(2),
+    gradients=PerParam(2),
+    # step(): `_flatten_dense_tensors([p.grad.to(fp32) for p in group])` materialises every
+    # fp32 copy in the list (4) and then the flat fp32 result (4) while the fp16 grads (2)
+    # are still alive; `p.grad = None` comes after.
+    step_gradients=PerParam(2 + 4 + 4),
+    master=PerParam(4),
+    state=PerParam(4),
+    reduce="flat_copy",
+    reduce_copy_bytes=2,
+    citation=(
+        DS + "fp16/fused_optimizer.py FP16_Optimizer.__init__ (fp16_groups_flat, fp32_groups_flat"
+        " = clone().float()) and .step (flattened fp32 grads); engine.py "
+        "DeepSpeedEngine._do_optimizer_sanity_check -> FP16/DDP_BFLOAT16 -> "
+        "_configure_fp16_optimizer (FusedAdam); all-reduce: engine.py allreduce_gradients -> "
+        "buffered_allreduce_fallback -> allreduce_bucket (self.flatten copy)"
+    ),
+)
+
+DEEPSPEED_LAYOUT: Final[dict[tuple[str, int], OptimizerLayout]] = {
+    # fp32, no ZeRO: the engine returns the bare torch/Fused optimizer; grads are param.grad.
+    ("fp32", 0): OptimizerLayout(
+        wrapper="none (basic optimizer)",
+        weights=PerParam(4),
+        gradients=PerParam(4),
+        step_gradients=PerParam(4),
+        master=PerParam(0),
+        state=PerParam(4),
+        reduce="flat_copy",
+        reduce_copy_bytes=4,
+        citation=(
+            DS + "engine.py DeepSpeedEngine._do_optimizer_sanity_check (model dtype == grad "
+            "accum dtype == fp32 -> None: no wrapper); buffered_allreduce_fallback flattens"
+        ),
+    ),
+    # fp32 ZeRO-1: DeepSpeedZeroOptimizer still clones the fp32 partition as "master".
+    ("fp32", 1): OptimizerLayout(
+        wrapper="DeepSpeedZeroOptimizer",
+        weights=PerParam(4),
+        gradients=PerParam(4),
+        step_gradients=PerParam(0, 4 + 4),
+        master=PerParam(0, 4),
+        state=PerParam(0, 4),
+        reduce="ipg_bucket",
+        bucket_element_bytes=4,
+        citation=(
+            DS + "zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ (weights_partition = "
+            "...detach().clone().to(master dtype)), .step (free_grad_in_param_list of other "
+            "partitions, then self.flatten(averaged_gradients) copy), .setup_buckets"
+        ),
+    ),
+    ("fp32", 2): OptimizerLayout(
+        wrapper="DeepSpeedZeroOptimizer",
+        weights=PerParam(4),
+        gradients=PerParam(0, 4),
+        step_gradients=PerParam(0, 4 + 4),
+        master=PerParam(0, 4),
+        state=PerParam(0, 4),
+        reduce="ipg_bucket",
+        bucket_element_bytes=4,
+        citation=(
+            DS + "zero/stage_1_and_2.py DeepSpeedZeroOptimizer.copy_grads_in_partition "
+            "(grads_in_partition: partition-sized buffer of the model dtype), "
+            "reduce_ipg_grads (clear_grad_attribute for other partitions), .step"
+        ),
+    ),
+    ("fp16", 0): _FP16_OPTIMIZER,
+    # fp16 ZeRO-1: full fp16 grads until the boundary reduction; master + states sharded.
+    ("fp16", 1): OptimizerLayout(
+        wrapper="DeepSpeedZeroOptimizer",
+        weights=PerParam(2),
+        gradients=PerParam(2),
+        # in-partition fp16 grads (2) + self.flatten copy (2) + .to(fp32) (4), all /dp
+        step_gradients=PerParam(0, 2 + 2 + 4),
+        master=PerParam(0, 4),
+        state=PerParam(0, 4),
+        reduce="ipg_bucket",
+        bucket_element_bytes=2,
+        citation=(
+            DS + "zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ "
+            "(single_partition_of_fp32_groups), .step (single_grad_partition = "
+            "flat_grad_partition.to(fp32)), .setup_buckets (torch.empty(reduce_bucket_size, "
+            "dtype=_gradient_reduction_buffer_dtype()))"
+        ),
+    ),
+    ("fp16", 2): OptimizerLayout(
+        wrapper="DeepSpeedZeroOptimizer",
+        weights=PerParam(2),
+        gradients=PerParam(0, 2),
+        step_gradients=PerParam(0, 2 + 2 + 4),
+        master=PerParam(0, 4),
+        state=PerParam(0, 4),
+        reduce="ipg_bucket",
+        bucket_element_bytes=2,
+        citation=(
+            DS + "zero/stage_1_and_2.py DeepSpeedZeroOptimizer.copy_grads_in_partition "
+            "(grads_in_partition, fp16), reduce_ipg_grads, .step"
+        ),
+    ),
+    # bf16 ZeRO-0: DeepSpeed refuses bf16 weights with fp32 gradient accumulation without ZeRO
+    # (engine.py _do_optimizer_sanity_check raises NotImplementedError "unsupported mix"), so the
+    # emitted config must set data_types.grad_accum_dtype = bf16, which takes DDP_BFLOAT16 ->
+    # FP16_Optimizer(low_precision_dtype=bf16): the fp16 layout with bf16 in place of fp16.
+    ("bf16", 0): _FP16_OPTIMIZER,
+    # bf16 ZeRO-1 with grad_accum_dtype fp32: BF16_Optimizer. Its fp32 gradient buffer is the
+    # whole (unsharded) flat group, and the bf16 lp grads stay allocated (zeroed, not freed).
+    ("bf16", 1): OptimizerLayout(
+        wrapper="BF16_Optimizer",
+        weights=PerParam(2),
+        gradients=PerParam(2 + 4),
+        step_gradients=PerParam(2 + 4),
+        master=PerParam(0, 4),
+        state=PerParam(0, 4),
+        reduce="flat_copy",
+        reduce_copy_bytes=2,
+        reduce_copy_capped=False,
+        citation=(
+            DS + "bf16_optimizer.py BF16_Optimizer._setup_for_real_optimizer "
+            "(fp32_groups_flat_partition = partition.clone().float(); fp32_groups_gradients_flat"
+            " = torch.zeros_like(bf16_groups_flat, dtype=grad_acc_dtype)), .clear_lp_grads "
+            "(zeroes, keeps lp grads); engine.py _do_optimizer_sanity_check (bf16 + fp32 accum "
+            "+ stage 1 -> BFLOAT16), communication_data_type (bf16) -> allreduce_bucket "
+            ".to(bf16) copy of the flat fp32 buffer"
+        ),
+    ),
+    # bf16 ZeRO-2 with grad_accum_dtype fp32: DeepSpeedZeroOptimizer keeps a compact fp32
+    # gradient partition; the reduce bucket stays bf16 (use_grad_accum_attribute is False).
+    ("bf16", 2): OptimizerLayout(
+        wrapper="DeepSpeedZeroOptimizer",
+        weights=PerParam(2),
+        gradients=PerParam(0, 4),
+        step_gradients=PerParam(0, 4),
+        master=PerParam(0, 4),
+        state=PerParam(0, 4),
+        reduce="ipg_bucket",
+        bucket_element_bytes=2,
+        citation=(
+            DS + "zero/stage_1_and_2.py DeepSpeedZeroOptimizer._use_compact_grad_partition_buffer"
+            " / _build_compact_grad_partition_buffer (fp32 partition), "
+            "_gradient_reduction_buffer_dtype (model dtype at stage 2), .step "
+            "(_get_preflattened_grad_partition: no flatten copy)"
+        ),
+    ),
+}
+"""One row per (precision, ZeRO stage): DeepSpeed 0.19.8 with the config hetc emits (FusedAdam,
+contiguous_gradients true, no offload, fp16 without grad_accum_dtype, bf16 with
+grad_accum_dtype fp32 at ZeRO 1 and 2 and bf16 at ZeRO 0). Sums per parameter, Adam, D = dp:
+
+| precision | ZeRO | weights | gradients (backward) | master + states | total (backward)  |
+|-----------|------|---------|----------------------|-----------------|-------------------|
+| fp32      | 0    | 4       | 4                    | 0 + 8           | 16                |
+| fp32      | 1    | 4       | 4                    | (4 + 8)/D       | 8 + 12/D          |
+| fp32      | 2    | 4       | 4/D                  | (4 + 8)/D       | 4 + 16/D          |
+| fp16      | 0    | 2       | 2                    | 4 + 8           | 16                |
+| fp16      | 1    | 2       | 2                    | (4 + 8)/D       | 4 + 12/D          |
+| fp16      | 2    | 2       | 2/D                  | (4 + 8)/D       | 2 + 14/D          |
+| bf16      | 0    | 2       | 2                    | 4 + 8           | 16                |
+| bf16      | 1    | 2       | 2 + 4                | (4 + 8)/D       | 8 + 12/D          |
+| bf16      | 2    | 2       | 4/D                  | (4 + 8)/D       | 2 + 16/D          |
+
+SGD replaces the 8 (two states) with 4. Step-time gradient copies are in `step_gradients`.
+"""
+
+
+def bytes_per_parameter(
+    precision: str, zero_stage: int, optimizer: str, dp: int, *, phase: Phase = "backward"
+) -> dict[str, float]:
+    """Weights, gradients and optimizer bytes per parameter of one rank, from the table."""
+    layout = _layout(precision, zero_stage)
+    states = _states(optimizer)
+    grads = layout.step_gradients if phase == "step" else layout.gradients
+    return {
+        "weights": layout.weights.at(dp),
+        "gradients": grads.at(dp),
+        "optimizer": layout.master.at(dp) + states * layout.state.at(dp),
+    }
+
+
+def _layout(precision: str, zero_stage: int) -> OptimizerLayout:
+    try:
+        return DEEPSPEED_LAYOUT[(precision, zero_stage)]
+    except KeyError:
+        raise ValueError(
+            f"no memory layout for precision {precision!r} with ZeRO stage {zero_stage}"
+            " (precision is fp32, fp16 or bf16; ZeRO stage 0, 1 or 2)"
+        ) from None
+
+
+def _states(optimizer: str) -> int:
+    try:
+        return OPTIMIZER_STATES[optimizer]
+    except KeyError:
+        raise ValueError(
+            f"unknown optimizer {optimizer!r} (one of {', '.join(OPTIMIZER_STATES)})"
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Activations (Korthikanti et al. 2022, tensor parallel without sequence parallelism)
+# --------------------------------------------------------------------------------------------
+
+ACTIVATION_BYTES: Final[dict[str, int]] = {"fp32": 4, "fp16": 2, "bf16": 2}
+MASK_BYTES: Final = 1
+"""Dropout masks are bool tensors: one byte whatever the precision (so fp32 does not double
+them; Korthikanti's sbh and a*s^2*b mask terms stay)."""
+LOSS_LOGIT_BYTES: Final = 4
+"""The vocab-parallel cross entropy works on logits cast to fp32 and keeps them for backward
+(Megatron `vocab_parallel_cross_entropy` calls `.float()` first)."""
+
+
+def attended_keys(arch: ModelArchitecture, layer: int, seq_len: int) -> int:
+    """Keys each query attends to in `layer`: the window for local layers, else the sequence."""
+    kind = arch.attention_pattern[layer % len(arch.attention_pattern)]
+    if kind == "local" and arch.local_attention_window is not None:
+        return min(arch.local_attention_window, seq_len)
+    return seq_len
+
+
+def layer_activation_bytes(
+    arch: ModelArchitecture, layer: int, *, seq_len: int, microbatch: int, tp: int, precision: str
+) -> float:
+    """Bytes one block stores for backward, per microbatch, on one TP rank.
+
+    Korthikanti et al. 2022 section 4.1 count, for a GPT block with 2-byte activations,
+    s*b*h*(34 + 5*a*s/h); with tensor parallelism but no sequence parallelism (section 4.2.2,
+    eq. 2) s*b*h*(10 + 24/t + 5*a*s/(h*t)). Re-derived tensor by tensor (e = activation bytes,
+    q = heads*head_dim and k = kv_heads*head_dim per rank, f = FFN width per rank, a = heads per
+    rank, s_k = attended keys, m = 1 byte per mask element), the same count reads:
+
+    replicated over TP (TP without SP keeps these whole on every rank):
+      2 norm inputs 2*e*sbh; QKV input e*sbh; MLP input e*sbh; two dropout masks 2*m*sbh
+    split over TP:
+      Q and K for QK^T e*sb(q + k); V e*sb*k; output-projection input e*sb*q;
+      softmax output e*a*s*s_k*b, its dropout mask m*a*s*s_k*b, dropout output e*a*s*s_k*b;
+      MLP inner: GeLU 2*e*sb*f (GeLU input, down-projection input), ReLU 1*e*sb*f (its output
+      is both what ReLU's backward reads and the down projection's input), SwiGLU 3*e*sb*f
+      (Megatron's fused bias_swiglu keeps the concatenated gate/up input, 2f, plus the down
+      projection's input; eager PyTorch would keep 4f).
+
+    With e = 2, q = k = h, f = 4h, GeLU: 10 replicated + 24/t split + 5*a*s_k/(h*t) — the paper.
+    Local-attention layers use s_k = min(window, s) (the score terms shrink, nothing else).
+    Dropout masks are counted for every architecture (conservative for models trained
+    without dropout, e.g. Llama).
+    """
+    e = ACTIVATION_BYTES[precision]
+    h, d = arch.hidden, arch.resolved_head_dim
+    sb = seq_len * microbatch
+    a = _shard(arch.heads, tp)
+    q = a * d
+    k = _shard(arch.resolved_kv_heads, tp) * d
+    f = _shard(arch.resolved_ffn, tp)
+    s_k = attended_keys(arch, layer, seq_len)
+    replicated = (2 * e + e + e + 2 * MASK_BYTES) * sb * h
+    attention = e * sb * (q + k) + e * sb * k + e * sb * q
+    scores = (2 * e + MASK_BYTES) * a * seq_len * s_k * microbatch
+    inner = {"gelu": 2, "relu": 1, "swiglu": 3}[arch.mlp] * e * sb * f
+    return float(replicated + attention + scores + inner)
+
+
+def embedding_activation_bytes(
+    arch: ModelArchitecture, *, seq_len: int, microbatch: int, precision: str
+) -> float:
+    """Embedding end: its output (e*sbh) and the embedding dropout mask (sbh), replicated.
+
+    Under checkpointing this output is also the first block's checkpointed input; it is
+    counted here once and by the blocks once (an overlap of one e*sbh, kept for simplicity).
+    """
+    e = ACTIVATION_BYTES[precision]
+    return float((e + MASK_BYTES) * seq_len * microbatch * arch.hidden)
+
+
+def head_activation_bytes(
+    arch: ModelArchitecture, *, seq_len: int, microbatch: int, tp: int, precision: str
+) -> float:
+    """Output end: final-norm input and head input (e*sbh each, replicated) and the fp32
+    logits s*b*vocab/t that the vocab-parallel cross entropy keeps for its backward."""
+    e = ACTIVATION_BYTES[precision]
+    sb = seq_len * microbatch
+    norm = e * sb * arch.hidden if arch.final_norm else 0
+    return float(norm + e * sb * arch.hidden + LOSS_LOGIT_BYTES * sb * _shard(arch.vocab, tp))
+
+
+def stage_activation_bytes(
+    arch: ModelArchitecture,
+    stage: StageShape,
+    *,
+    seq_len: int,
+    precision: str,
+    checkpointing: bool,
+) -> float:
+    """Activations alive at the backward peak of `stage`: `in_flight` microbatches' worth.
+
+    Without checkpointing every block keeps everything `layer_activation_bytes` lists. With
+    full checkpointing (Korthikanti section 5: "only the input to each transformer layer")
+    each block keeps its input, e*s*b*h (replicated under TP without SP), and the backward of
+    one block at a time recomputes its full activations for one microbatch: that working set,
+    less the block input already stored, is added once, not per in-flight microbatch. The
+    embedding and head ends are not checkpointed.
+    """
+    b, t = stage.microbatch, stage.tp
+    e = ACTIVATION_BYTES[precision]
+    layers = range(stage.first_block, stage.end_block)
+    full = [
+        layer_activation_bytes(arch, i, seq_len=seq_len, microbatch=b, tp=t, precision=precision)
+        for i in layers
+    ]
+    per_microbatch = (
+        float(e * seq_len * b * arch.hidden * len(full)) if checkpointing else sum(full)
+    )
+    if stage.has_embedding:
+        per_microbatch += embedding_activation_bytes(
+            arch, seq_len=seq_len, microbatch=b, precision=precision
+        )
+    if stage.has_head:
+        per_microbatch += head_activation_bytes(
+            arch, seq_len=seq_len, microbatch=b, tp=t, precision=precision
+        )
+    # The recomputed block's first norm input *is* its stored checkpoint: count it once.
+    recompute = max(full) - e * seq_len * b * arch.hidden if checkpointing and full else 0.0
+    return stage.in_flight * per_microbatch + recompute
+
+
+# --------------------------------------------------------------------------------------------
+# Communication buffers and the whole rank
+# --------------------------------------------------------------------------------------------
+
+
+def _buckets(
+    layout: OptimizerLayout, params: int, bucket_bytes: float, overlap_comm: bool
+) -> tuple[float, float]:
+    """(bytes alive during backward, bytes alive in the post-backward reduction).
+
+    ZeRO 1/2 (`DeepSpeedZeroOptimizer.setup_buckets`, stage_1_and_2.py, called from the
+    gradient hooks of the first backward): `torch.empty(int(reduce_bucket_size),
+    dtype=_gradient_reduction_buffer_dtype())`, a second one when overlap_comm is on.
+    DeepSpeed reads reduce_bucket_size as a number of *elements*, so `bucket_bytes` — the value
+    the emitted config writes — allocates bucket_bytes x element size bytes, whatever the
+    model's size. allgather_bucket_size allocates nothing: `all_gather_dp_groups`
+    (runtime/utils.py) gathers in place with all_gather_into_tensor when NCCL has it.
+
+    ZeRO 0 and BF16_Optimizer (engine.py `buffered_allreduce_fallback` -> `allreduce_bucket`):
+    the gradients are flattened (a copy when there are several tensors, chunked at
+    `FALLBACK_ALLREDUCE_ELEMENTS`) or cast to the communication dtype (BF16_Optimizer's single
+    flat fp32 buffer to bf16, not chunked). reduce_bucket_size plays no part there.
+    """
+    if layout.reduce == "ipg_bucket":
+        return bucket_bytes * layout.bucket_element_bytes * (2 if overlap_comm else 1), 0.0
+    elements = min(params, FALLBACK_ALLREDUCE_ELEMENTS) if layout.reduce_copy_capped else params
+    return 0.0, elements * layout.reduce_copy_bytes
+
+
+def rank_memory(
+    arch: ModelArchitecture,
+    stage: StageShape,
+    *,
+    seq_len: int,
+    precision: str,
+    optimizer: str,
+    zero_stage: int,
+    dp: int,
+    checkpointing: bool,
+    bucket_bytes: float,
+    overhead: FrameworkOverhead,
+    overlap_comm: bool = False,
+) -> MemoryBreakdown:
+    """Peak memory of one rank of `stage`, each source separately.
+
+    Evaluates the backward, reduce and step moments (module docstring) and returns the one with
+    the largest total. `dp` is the stage's data-parallel degree (ZeRO shards over it);
+    `bucket_bytes` is the reduce_bucket_size the emitted DeepSpeed config sets (read by
+    DeepSpeed as elements, see `_buckets`). Fragmentation applies to activations and buckets.
+    """
+    if dp < 1:
+        raise ValueError("dp must be at least 1")
+    if seq_len < 1:
+        raise ValueError("seq_len must be at least 1")
+    if bucket_bytes < 0:
+        raise ValueError("bucket_bytes must be zero or more")
+    layout = _layout(precision, zero_stage)
+    states = _states(optimizer)
+    params = stage_parameters_per_rank(arch, stage)
+    weights = params * layout.weights.at(dp)
+    opt = params * (layout.master.at(dp) + states * layout.state.at(dp))
+    activations = stage_activation_bytes(
+        arch, stage, seq_len=seq_len, precision=precision, checkpointing=checkpointing
+    )
+    bucket_backward, bucket_reduce = _buckets(layout, params, bucket_bytes, overlap_comm)
+
+    def moment(phase: Phase, gradients: float, acts: float, buckets: float) -> MemoryBreakdown:
+        return MemoryBreakdown(
+            weights=weights,
+            gradients=gradients,
+            optimizer=opt,
+            activations=acts,
+            buckets=buckets,
+            overhead=overhead.fixed_bytes + overhead.fragmentation * (acts + buckets),
+            phase=phase,
+        )
+
+    grads = params * layout.gradients.at(dp)
+    moments = (
+        moment("backward", grads, activations, bucket_backward),
+        moment("reduce", grads, 0.0, bucket_reduce),
+        moment("step", params * layout.step_gradients.at(dp), 0.0, 0.0),
+    )
+    return max(moments, key=lambda m: m.total)
+
+
+def _bytes(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def check_fits(breakdown: MemoryBreakdown, capacity: float, rank: str) -> str | None:
+    """None when `breakdown` fits in `capacity` bytes; else a message for the planner's report.
+
+    The message names the rank, the shortfall in bytes and percent of capacity, the phase, and
+    the dominant term, so the fix (more TP, ZeRO, checkpointing, a smaller microbatch) is
+    obvious from it.
+    """
+    if capacity <= 0:
+        raise ValueError("capacity must be positive")
+    total = breakdown.total
+    if total <= capacity:
+        return None
+    over = total - capacity
+    top = breakdown.dominant()
+    return (
+        f"{rank}: needs {_bytes(total)} at its {breakdown.phase} peak but has {_bytes(capacity)}:"
+        f" over by {over:.0f} bytes ({_bytes(over)}, {100 * over / capacity:.1f}% of capacity);"
+        f" largest term: {top} {_bytes(breakdown.terms()[top])}"
+    )
+
+
+__all__ = [
+    "DEEPSPEED_LAYOUT",
+    "OPTIMIZER_STATES",
+    "FrameworkOverhead",
+    "MemoryBreakdown",
+    "OptimizerLayout",
+    "PerParam",
+    "StageShape",
+    "block_parameters_per_rank",
+    "bytes_per_parameter",
+    "check_fits",
+    "embedding_parameters_per_rank",
+    "head_parameters_per_rank",
+    "layer_activation_bytes",
+    "rank_memory",
+    "stage_activation_bytes",
+    "stage_parameters_per_rank",
+]
