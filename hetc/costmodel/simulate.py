@@ -1,0 +1,360 @@
+"""Evaluate one plan under one spec: iteration time, throughput, memory per rank, cost.
+
+This is where the pieces meet: `compute` gives each layer's seconds on each device, `network`
+the transfers and collectives, `schedule` turns per-stage numbers into an iteration (the event
+simulator is authoritative; the closed form is reported beside it), `memory` each rank's
+peak and `cost` the money. Choices made here, each documented where it is made:
+
+- a pipeline stage's activations (and, backwards, their gradients) cross to the next stage
+  once per microbatch, not once per TP rank (the split or gather happens on the fast side);
+- a stage's data-parallel gradient all-reduce runs, per TP rank, as a ring over the stage's
+  replicas, bounded by the slowest link of the ring; all TP ranks of a node do it at once, so
+  they share the node's NIC. Replicas with mixed TP degrees synchronise the shard size of the
+  smallest TP degree (hetc's chunked synchronisation moves each element once per replica);
+- with tied embeddings and more than one stage, the first and last stages all-reduce the
+  embedding gradient, counted in both stages' synchronisation;
+- the optimizer update runs once per iteration, after synchronisation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hetc.catalog import DeviceType, ModelArchitecture
+from hetc.costmodel.compute import ComputeModel, LayerTimes, default_layout, layer_work
+from hetc.costmodel.cost import IterationCost, budget_to_train, cost_per_million_tokens
+from hetc.costmodel.cost import iteration_cost as price_iteration
+from hetc.costmodel.memory import (
+    FrameworkOverhead,
+    MemoryBreakdown,
+    StageShape,
+    check_fits,
+    embedding_parameters_per_rank,
+    rank_memory,
+    stage_parameters_per_rank,
+)
+from hetc.costmodel.network import (
+    intra_node_link,
+    link_between,
+    ring_all_reduce_time,
+    send_time,
+)
+from hetc.costmodel.schedule import (
+    PipelineTimes,
+    Timeline,
+    closed_form_iteration,
+    simulate_1f1b,
+)
+from hetc.plan import Node, Plan, Replica
+from hetc.plan.settings import REDUCE_BUCKET_ELEMENTS
+from hetc.schema.spec import LinkClass, Spec, Zone
+
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankReport:
+    """One process of the plan: where it runs, what it holds, how busy it is."""
+
+    key: str
+    """`<node id>#<local rank>`."""
+    device: str
+    stage: int
+    replica: int
+    tp_rank: int
+    blocks: tuple[int, int]
+    memory: MemoryBreakdown
+    capacity: float
+    busy_fraction: float
+    problem: str | None
+    """None when the rank's memory fits; else what is over and by how much."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Simulation:
+    """Everything `hetc simulate` prints about one plan."""
+
+    iteration_time: float
+    """Seconds, from the event simulator."""
+    closed_form_time: float
+    samples_per_second: float
+    tokens_per_second: float
+    achieved_flops: float
+    """Model FLOP/s (forward + backward, no recomputation)."""
+    peak_flops: float
+    """Sum of the used devices' dense peak at the training precision."""
+    cost: IterationCost
+    cost_per_million_tokens: float
+    budget: tuple[float, float] | None
+    """(seconds, USD) to train `training.tokens`, when the spec gives it."""
+    ranks: tuple[RankReport, ...]
+    traffic: dict[tuple[str, str], float]
+    """Bytes per iteration from zone to zone (pipeline, data-parallel and tied-embedding)."""
+    timeline: Timeline
+
+    @property
+    def mfu(self) -> float:
+        return self.achieved_flops / self.peak_flops if self.peak_flops else 0.0
+
+    @property
+    def fits(self) -> bool:
+        return all(r.problem is None for r in self.ranks)
+
+
+def simulate(plan: Plan, spec: Spec, *, overhead: FrameworkOverhead | None = None) -> Simulation:
+    """Evaluate `plan` for `spec` (the plan must be consistent: see `plan_problems`)."""
+    context = _Context(plan, spec)
+    pipelines = [context.pipeline_times(p) for p in range(len(plan.pipelines))]
+    sync = [context.sync_time(i) for i in range(len(plan.stages))]
+    update = [context.update_time(i) for i in range(len(plan.stages))]
+    timeline = simulate_1f1b(pipelines, sync, update)
+    closed = closed_form_iteration(pipelines, sync, update)
+    iteration = timeline.iteration_time
+    traffic = context.traffic()
+    cost = price_iteration(plan, spec, iteration, traffic)
+    tokens = spec.training.global_batch_size * spec.training.seq_len
+    return Simulation(
+        iteration_time=iteration,
+        closed_form_time=closed,
+        samples_per_second=spec.training.global_batch_size / iteration,
+        tokens_per_second=tokens / iteration,
+        achieved_flops=context.model_flops() / iteration,
+        peak_flops=context.peak_flops(),
+        cost=cost,
+        cost_per_million_tokens=cost_per_million_tokens(cost, spec),
+        budget=budget_to_train(cost, iteration, spec),
+        ranks=context.ranks(timeline, overhead or FrameworkOverhead()),
+        traffic=traffic,
+        timeline=timeline,
+    )
+
+
+class _Context:
+    """Lookups shared by the steps of one simulation (zones, nodes, compute models)."""
+
+    def __init__(self, plan: Plan, spec: Spec) -> None:
+        self.plan, self.spec = plan, spec
+        self.arch: ModelArchitecture = spec.model
+        self.zones: dict[str, Zone] = {z.name: z for z in spec.zones}
+        self.nodes: dict[str, Node] = {n.id: n for n in plan.nodes}
+        self.nic = {(z.name, p.name): p.nic_bandwidth for z in spec.zones for p in z.pools}
+        self.element = ELEMENT_BYTES[spec.training.precision]
+        self._models: dict[str, ComputeModel] = {}
+
+    def device(self, replica: Replica) -> DeviceType:
+        return self.spec.devices[replica.device]
+
+    def model(self, replica: Replica) -> ComputeModel:
+        if replica.device not in self._models:
+            self._models[replica.device] = ComputeModel(
+                arch=self.arch,
+                device=self.device(replica),
+                seq_len=self.spec.training.seq_len,
+                precision=self.spec.training.precision,
+                activation_checkpointing=self.spec.training.activation_checkpointing,
+            )
+        return self._models[replica.device]
+
+    def layer_indices(self, stage: int) -> range:
+        """Indices into `compute.default_layout`: embedding 0, blocks 1..L, output end L+1."""
+        first, end = self.plan.stages[stage].first_block, self.plan.stages[stage].end_block
+        start = 0 if stage == 0 else first + 1
+        stop = end + 2 if stage == len(self.plan.stages) - 1 else end + 1
+        return range(start, stop)
+
+    def stage_times(self, stage: int, replica: Replica) -> LayerTimes:
+        model, mbs = self.model(replica), self.plan.microbatch_size
+        parts = [model.layer_times(i, mbs, replica.tp) for i in self.layer_indices(stage)]
+        return LayerTimes(
+            sum(p.forward for p in parts),
+            sum(p.backward for p in parts),
+            sum(p.update for p in parts),
+        )
+
+    def replica(self, stage: int, index: int) -> Replica:
+        return self.plan.stages[stage].replicas[index]
+
+    def link(self, a: Replica, b: Replica) -> tuple[LinkClass, float]:
+        """The link between two replicas' nodes and the NIC rate that bounds it."""
+        node_a, node_b = self.nodes[a.node], self.nodes[b.node]
+        if node_a.id == node_b.id:
+            return intra_node_link(self.device(a)), math.inf
+        nic = min(self.nic[node_a.zone, node_a.pool], self.nic[node_b.zone, node_b.pool])
+        return link_between(
+            self.spec.network, self.zones[node_a.zone], self.zones[node_b.zone]
+        ), nic
+
+    def activation_bytes(self) -> float:
+        """One microbatch's hidden states at a stage boundary (sent once, not per TP rank)."""
+        return float(
+            self.plan.microbatch_size * self.spec.training.seq_len * self.arch.hidden * self.element
+        )
+
+    def pipeline_times(self, p: int) -> PipelineTimes:
+        path = self.plan.pipelines[p]
+        replicas = [self.replica(i, j) for i, j in enumerate(path.replicas)]
+        times = [self.stage_times(i, r) for i, r in enumerate(replicas)]
+        sends = []
+        for a, b in itertools.pairwise(replicas):
+            link, nic = self.link(a, b)
+            sends.append(send_time(self.activation_bytes(), link, nic_bandwidth=nic))
+        return PipelineTimes(
+            forward=tuple(t.forward for t in times),
+            backward=tuple(t.backward for t in times),
+            send_activation=tuple(sends),
+            send_gradient=tuple(sends),
+            microbatches=path.microbatches,
+        )
+
+    def gradient_bytes(self, stage: int) -> float:
+        """Per-TP-rank gradient bytes the stage's ring carries (smallest TP's shard)."""
+        tp = min(r.tp for r in self.plan.stages[stage].replicas)
+        return float(stage_parameters_per_rank(self.arch, self.shape(stage, tp, 1)) * self.element)
+
+    def shape(self, stage: int, tp: int, in_flight: int) -> StageShape:
+        last = len(self.plan.stages) - 1
+        s = self.plan.stages[stage]
+        return StageShape(
+            first_block=s.first_block,
+            end_block=s.end_block,
+            has_embedding=stage == 0 or (stage == last and self.arch.tied_embeddings),
+            has_head=stage == last,
+            tp=tp,
+            microbatch=self.plan.microbatch_size,
+            in_flight=in_flight,
+        )
+
+    def ring(self, replicas: tuple[Replica, ...]) -> tuple[tuple[LinkClass, ...], float]:
+        hops, nic = [], math.inf
+        for a, b in zip(replicas, (*replicas[1:], replicas[0]), strict=True):
+            link, rate = self.link(a, b)
+            hops.append(link)
+            nic = min(nic, rate)
+        return tuple(hops), nic
+
+    def sync_time(self, stage: int) -> float:
+        replicas = self.plan.stages[stage].replicas
+        seconds = 0.0
+        if len(replicas) > 1:
+            hops, nic = self.ring(replicas)
+            seconds += ring_all_reduce_time(
+                self.gradient_bytes(stage),
+                len(replicas),
+                hops,
+                flows_on_nic=max(r.tp for r in replicas),
+                nic_bandwidth=nic,
+            )
+        return seconds + self.tied_embedding_time(stage)
+
+    def tied_embedding_time(self, stage: int) -> float:
+        """First and last stage all-reduce the shared embedding's gradient, pair by pair."""
+        last = len(self.plan.stages) - 1
+        if not self.arch.tied_embeddings or last == 0 or stage not in (0, last):
+            return 0.0
+        worst = 0.0
+        for path in self.plan.pipelines:
+            first, final = self.replica(0, path.replicas[0]), self.replica(last, path.replicas[-1])
+            link, nic = self.link(first, final)
+            nbytes = embedding_parameters_per_rank(self.arch, first.tp) * self.element
+            worst = max(worst, ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic))
+        return worst
+
+    def update_time(self, stage: int) -> float:
+        return max(self.stage_times(stage, r).update for r in self.plan.stages[stage].replicas)
+
+    def traffic(self) -> dict[tuple[str, str], float]:
+        flows: dict[tuple[str, str], float] = defaultdict(float)
+
+        def add(a: Replica, b: Replica, nbytes: float) -> None:
+            za, zb = self.nodes[a.node].zone, self.nodes[b.node].zone
+            flows[za, zb] += nbytes
+
+        for path in self.plan.pipelines:
+            replicas = [self.replica(i, j) for i, j in enumerate(path.replicas)]
+            per_boundary = self.activation_bytes() * path.microbatches
+            for a, b in itertools.pairwise(replicas):
+                add(a, b, per_boundary)
+                add(b, a, per_boundary)
+            if self.arch.tied_embeddings and len(replicas) > 1:
+                nbytes = embedding_parameters_per_rank(self.arch, replicas[0].tp) * self.element
+                add(replicas[0], replicas[-1], float(nbytes))
+                add(replicas[-1], replicas[0], float(nbytes))
+        for stage, s in enumerate(self.plan.stages):
+            n = len(s.replicas)
+            if n > 1:
+                per_hop = (
+                    2 * (n - 1) / n * self.gradient_bytes(stage) * max(r.tp for r in s.replicas)
+                )
+                for a, b in zip(s.replicas, (*s.replicas[1:], s.replicas[0]), strict=True):
+                    add(a, b, per_hop)
+        return {pair: nbytes for pair, nbytes in flows.items() if pair[0] != pair[1]}
+
+    def model_flops(self) -> float:
+        """FLOPs of one iteration's forward and backward at TP 1 (no recomputation)."""
+        seq, precision = self.spec.training.seq_len, self.spec.training.precision
+        per_sample, block = 0.0, 0
+        for kinds in default_layout(self.arch):
+            for kind in kinds:
+                work = layer_work(
+                    self.arch,
+                    kind,
+                    seq_len=seq,
+                    microbatch=1,
+                    tp=1,
+                    block=block,
+                    precision=precision,
+                )
+                per_sample += work.forward.flops + work.backward.flops
+            block += "block" in kinds
+        return per_sample * self.spec.training.global_batch_size
+
+    def peak_flops(self) -> float:
+        precision = self.spec.training.precision
+        return sum(
+            r.tp * self.device(r).peak_flops[precision]
+            for s in self.plan.stages
+            for r in s.replicas
+        )
+
+    def ranks(self, timeline: Timeline, overhead: FrameworkOverhead) -> tuple[RankReport, ...]:
+        reports = []
+        stages = len(self.plan.stages)
+        for i, s in enumerate(self.plan.stages):
+            for j, replica in enumerate(s.replicas):
+                paths = [p for p, path in enumerate(self.plan.pipelines) if path.replicas[i] == j]
+                microbatches = sum(self.plan.pipelines[p].microbatches for p in paths)
+                shape = self.shape(i, replica.tp, max(1, min(stages - i, microbatches)))
+                memory = rank_memory(
+                    self.arch,
+                    shape,
+                    seq_len=self.spec.training.seq_len,
+                    precision=self.spec.training.precision,
+                    optimizer=self.spec.training.optimizer.type,
+                    zero_stage=self.spec.training.zero_stage,
+                    dp=len(s.replicas),
+                    checkpointing=self.spec.training.activation_checkpointing,
+                    bucket_bytes=REDUCE_BUCKET_ELEMENTS,
+                    overhead=overhead,
+                )
+                busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
+                capacity = self.device(replica).memory
+                for tp_rank, local in enumerate(replica.local_ranks):
+                    key = f"{replica.node}#{local}"
+                    reports.append(
+                        RankReport(
+                            key=key,
+                            device=replica.device,
+                            stage=i,
+                            replica=j,
+                            tp_rank=tp_rank,
+                            blocks=(s.first_block, s.end_block),
+                            memory=memory,
+                            capacity=capacity,
+                            busy_fraction=busy,
+                            problem=check_fits(memory, capacity, key),
+                        )
+                    )
+        return tuple(reports)
