@@ -134,6 +134,47 @@ def validate(
 
 @app.command()
 @_guarded
+def simulate(
+    spec: Annotated[Path, typer.Argument(help="The spec the plan was made for.")],
+    plan: Annotated[Path, typer.Option("--plan", help="A plan.json to evaluate.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Predict a plan's iteration time, throughput, memory per rank and cost."""
+    from hetc.costmodel.simulate import plan_spec_problems
+    from hetc.costmodel.simulate import simulate as run_simulation
+    from hetc.costmodel.summary import simulation_json, simulation_text
+    from hetc.plan import PlanFormatError, plan_from_json
+    from hetc.schema import EnvironmentProblem, check_file, spec_hash
+    from hetc.schema.source import read_plain_text
+
+    checked = check_file(str(spec))
+    if checked.spec is None:
+        for diagnostic in checked.diagnostics:
+            typer.echo(diagnostic.format())
+        raise typer.Exit(EXIT_INVALID)
+    try:
+        layout = plan_from_json(read_plain_text(str(plan)))
+    except PlanFormatError as exc:
+        for problem in exc.problems:
+            typer.echo(f"{plan}: {problem}")
+        raise typer.Exit(EXIT_INVALID) from None
+    except UnicodeDecodeError:
+        raise EnvironmentProblem(f"{plan} is not UTF-8 text", "pass a plan.json") from None
+    mismatched = plan_spec_problems(layout, checked.spec)
+    if mismatched:
+        for problem in mismatched:
+            typer.echo(f"{plan}: {problem}")
+        raise typer.Exit(EXIT_INVALID)
+    if layout.spec_hash != spec_hash(checked.spec):
+        typer.echo(f"hetc: warning: {plan} was made for another version of {spec}", err=True)
+    result = run_simulation(layout, checked.spec)
+    typer.echo(
+        json.dumps(simulation_json(result), indent=2) if as_json else simulation_text(result)
+    )
+
+
+@app.command()
+@_guarded
 def schema(as_json: JsonFlag = False) -> None:
     """Print the spec's JSON Schema (draft-07), for editors and other tools."""
     from hetc.schema import spec_schema_text

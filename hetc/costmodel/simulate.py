@@ -358,3 +358,32 @@ class _Context:
                         )
                     )
         return tuple(reports)
+
+
+def plan_spec_problems(plan: Plan, spec: Spec) -> list[str]:
+    """Why `plan` cannot be evaluated for `spec`: nodes from pools or zones the spec lacks,
+    or more nodes of a pool than its quota allows."""
+    pools = {(z.name, p.name): p for z in spec.zones for p in z.pools}
+    problems: list[str] = []
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    for node in plan.nodes:
+        pool = pools.get((node.zone, node.pool))
+        if pool is None:
+            problems.append(
+                f"node {node.id}: the spec has no pool {node.pool!r} in zone {node.zone!r}"
+            )
+            continue
+        if pool.device != node.device or pool.gpus_per_node != node.devices:
+            problems.append(
+                f"node {node.id}: is {node.devices} x {node.device}, but the pool"
+                f" rents {pool.gpus_per_node} x {pool.device}"
+            )
+        used[node.zone, node.pool] += node.devices
+    for (zone, name), devices in used.items():
+        quota = pools[zone, name].quota
+        if devices > quota:
+            problems.append(
+                f"pool {name!r} in zone {zone!r}: the plan rents {devices} devices,"
+                f" over its quota of {quota}"
+            )
+    return problems

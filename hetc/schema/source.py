@@ -77,6 +77,21 @@ def read_text(filename: str) -> str:
     return decode(raw)
 
 
+def read_plain_text(filename: str) -> str:
+    """A whole UTF-8 file (plans, profiles), with unreadable files as `EnvironmentProblem`."""
+    try:
+        with open(filename, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{filename}: no such file", "check the path") from None
+    except IsADirectoryError:
+        raise EnvironmentProblem(f"{filename} is a directory", "pass a file") from None
+    except PermissionError:
+        raise EnvironmentProblem(
+            f"{filename}: permission denied", "make the file readable (chmod +r)"
+        ) from None
+
+
 def decode(raw: bytes) -> str:
     """UTF-8 text of `raw`, with a positioned message for the first byte that is not UTF-8."""
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):

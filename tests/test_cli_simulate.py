@@ -1,0 +1,126 @@
+"""`hetc simulate`: text and JSON reports, and every way its inputs can be wrong."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hetc.cli import app
+from hetc.plan import Node, Pipeline, Plan, Replica, Stage, plan_to_json
+from hetc.schema import check_file, spec_hash
+
+runner = CliRunner()
+SPEC = """\
+version: 1
+name: cli-sim
+model: {preset: OPT-350M}
+training: {global_batch_size: 16, seq_len: 2048, tokens: 1e9}
+zones:
+  - name: a
+    region: r
+    pools: [{device: A100-40GB, quota: 8, gpus_per_node: 4}]
+"""
+
+
+def _files(tmp_path: Path, **plan_changes: object) -> tuple[Path, Path]:
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC)
+    spec = check_file(str(spec_path)).spec
+    assert spec is not None
+    nodes = tuple(
+        Node(
+            id=f"a100-40gb@a/n{k}",
+            zone="a",
+            region="r",
+            pool="a100-40gb",
+            device="A100-40GB",
+            devices=4,
+        )
+        for k in range(2)
+    )
+    plan = Plan(
+        spec_hash=spec_hash(spec),
+        hetc_version="0.1.0",
+        model_blocks=24,
+        global_batch_size=16,
+        microbatch_size=2,
+        nodes=nodes,
+        stages=(
+            Stage(
+                first_block=0,
+                end_block=12,
+                replicas=(
+                    Replica(device="A100-40GB", tp=4, node=nodes[0].id, local_ranks=(0, 1, 2, 3)),
+                ),
+            ),
+            Stage(
+                first_block=12,
+                end_block=24,
+                replicas=(
+                    Replica(device="A100-40GB", tp=4, node=nodes[1].id, local_ranks=(0, 1, 2, 3)),
+                ),
+            ),
+        ),
+        pipelines=(Pipeline(replicas=(0, 0), microbatches=8),),
+    )
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(plan_to_json(dataclasses.replace(plan, **plan_changes)))  # type: ignore[arg-type]
+    return spec_path, plan_path
+
+
+def test_text_report(tmp_path: Path) -> None:
+    """Headline numbers, then one line per rank with its memory breakdown."""
+    spec, plan = _files(tmp_path)
+    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("iteration time")
+    assert "USD per 1M tokens" in result.stdout and "token budget" in result.stdout
+    assert sum(line.startswith("a100-40gb@a/n") for line in result.stdout.splitlines()) == 8
+
+
+def test_json_report_is_consistent(tmp_path: Path) -> None:
+    """--json: throughput is batch over iteration time; the cost adds up; 8 ranks."""
+    spec, plan = _files(tmp_path)
+    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert abs(report["samples_per_second"] * report["iteration_time"] - 16) < 1e-9
+    cost = report["cost_per_iteration"]
+    assert abs(cost["compute"] + cost["egress"] - cost["total"]) < 1e-12
+    assert len(report["ranks"]) == 8 and report["fits"] is True
+
+
+def test_invalid_plan_lists_its_problems(tmp_path: Path) -> None:
+    """A plan whose batch does not add up is refused with the reason, exit 1."""
+    spec, plan = _files(tmp_path, global_batch_size=18)
+    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
+    assert result.exit_code == 1
+    assert f"{plan}: pipelines process 16 samples per iteration; the global batch is 18" in (
+        result.stdout
+    )
+
+
+def test_plan_from_another_spec(tmp_path: Path) -> None:
+    """A node from a pool the spec does not have is an error; a stale hash only a warning."""
+    spec, plan = _files(tmp_path)
+    data = json.loads(plan.read_text())
+    data["nodes"][0]["pool"] = "h100"
+    plan.write_text(json.dumps(data))
+    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
+    assert result.exit_code == 1 and "has no pool 'h100'" in result.stdout
+    _, fresh = _files(tmp_path, spec_hash="f" * 64)
+    stale = runner.invoke(app, ["simulate", str(spec), "--plan", str(fresh)])
+    assert stale.exit_code == 0 and "was made for another version" in stale.stderr
+
+
+def test_missing_plan_and_invalid_spec(tmp_path: Path) -> None:
+    """No plan file: exit 4 with a fix; an invalid spec: its diagnostics, exit 1."""
+    spec, _ = _files(tmp_path)
+    missing = runner.invoke(app, ["simulate", str(spec), "--plan", str(tmp_path / "no.json")])
+    assert missing.exit_code == 4 and "To fix:" in missing.stderr
+    spec.write_text(SPEC.replace("quota: 8", "quota: 0"))
+    bad = runner.invoke(app, ["simulate", str(spec), "--plan", str(tmp_path / "plan.json")])
+    assert bad.exit_code == 1 and "zones[0].pools[0].quota: must be at least 1" in bad.stdout
