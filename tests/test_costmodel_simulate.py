@@ -159,3 +159,17 @@ def test_egress_is_billed_for_cross_zone_pipeline_traffic() -> None:
     assert tied > 0  # GPT-Neo ties its embedding: the two ends synchronise its gradient
     assert result.traffic[("a", "far")] == result.traffic[("far", "a")]
     assert result.cost.egress == pytest.approx(2 * result.traffic[("a", "far")] * 0.02 / 1e9)
+
+
+def test_costmodel_never_imports_torch() -> None:
+    """The cost model is pure Python and numpy: torch and deepspeed stay out."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, pkgutil, importlib, hetc.costmodel as c\n"
+        "for m in pkgutil.iter_modules(c.__path__):\n"
+        "    importlib.import_module(f'hetc.costmodel.{m.name}')\n"
+        "sys.exit(any(n.split('.')[0] in ('torch', 'deepspeed') for n in sys.modules))\n"
+    )
+    assert subprocess.run([sys.executable, "-c", probe], timeout=60).returncode == 0
