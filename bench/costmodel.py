@@ -28,14 +28,25 @@ sys.path.insert(0, str(ROOT))
 from hetc.catalog import DeviceType, ModelArchitecture, find_device  # noqa: E402
 from hetc.costmodel.compute import (  # noqa: E402
     ComputeModel,
+    DeviceEfficiency,
+    EfficiencyCurve,
     LayerKind,
+    LayerWork,
     adam_bytes_per_parameter,
     layer_work,
+    tp_time,
 )
 from hetc.costmodel.profile import LayerProfile, read_profile  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sailor-measurements"
 EFFICIENCY_JSON = ROOT / "hetc" / "costmodel" / "efficiency.json"
+
+E_MAX_CAP = 0.8
+"""Highest fraction of datasheet fp16 peak a fitted curve may reach: dense fp16 GEMMs top out
+near 70-80% of peak on these GPUs; without the cap the GEMM rate and the softmax traffic trade
+off freely and the fit can put GEMMs at 100% of peak (it did, on A100-40)."""
+
+_FLAT = EfficiencyCurve(e_max=1.0, x0=0.0, width=1.0)
 
 DEVICES = {
     "A100-40": "A100-40GB",
@@ -133,26 +144,100 @@ def _device(gpu: str) -> DeviceType:
     return device
 
 
+def _works(spec: SailorModel, index: int, mbs: int, tp: int) -> list[LayerWork]:
+    return [
+        layer_work(spec.arch, k, seq_len=2048, microbatch=mbs, tp=tp) for k in spec.layout[index]
+    ]
+
+
+def step_indices(spec: SailorModel) -> list[int]:
+    """The layers of the model Sailor's profiler actually built and stepped: the embedding,
+    ONE block (it reduces repeated layers to one instance, §4.1) and the output layers. Its
+    update column repeats that one optimizer step's time on every layer index (see the docs)."""
+    n = len(spec.layout)
+    tail = [i for i in range(n) if "block" not in spec.layout[i] and i != 0]
+    return [0, 1, *tail]
+
+
+def _fit_tp(
+    samples: list[tuple[int, float, float]], bandwidth: float
+) -> tuple[float, dict[int, float]]:
+    """Per-step latency and per-degree link efficiency of the TP all-reduce.
+
+    samples: (tp, all-reduce bytes, measured seconds of one all-reduce). A ring all-reduce
+    costs 2(t-1) * latency + 2(t-1)/t * bytes / (bandwidth * eff_t). Grid-search the
+    latency; each eff_t is then the median of what its points need; minimise the median
+    |log error| over all points.
+    """
+    best: tuple[float, float, dict[int, float]] = (math.inf, 0.0, {})
+    degrees = sorted({t for t, _, _ in samples})
+    for latency in 10.0 ** np.arange(-6.0, -3.0, 0.05):
+        effs: dict[int, float] = {}
+        for t in degrees:
+            need = [
+                2 * (t - 1) / t * nbytes / bandwidth / (y - 2 * (t - 1) * latency)
+                for tt, nbytes, y in samples
+                if tt == t and y > 2 * (t - 1) * latency
+            ]
+            effs[t] = min(1.0, float(np.median(need))) if need else 1.0
+        logs = [
+            abs(
+                math.log(
+                    (2 * (t - 1) * latency + 2 * (t - 1) / t * nbytes / (bandwidth * effs[t])) / y
+                )
+            )
+            for t, nbytes, y in samples
+            if y > 0
+        ]
+        score = float(np.median(logs))
+        if score < best[0]:
+            best = (score, float(latency), effs)
+    _, latency, effs = best
+    return latency, {t: round(e, 5) for t, e in effs.items()}
+
+
 def fit(data: Path) -> dict[str, object]:
-    """Fit overheads, curves and update efficiency per device on OPT-350 and GPT-Neo-2.7.
+    """Fit every device's numbers on OPT-350 and GPT-Neo-2.7, in this order:
 
     1. overhead_s[pass]: median of (measured - bytes/bandwidth) over layers with no matmul
-       (embedding forward at TP 1, GPT-Neo's final-norm layer); TP > 1 embedding times hold
-       an all-reduce, which is communication, not compute.
-    2. curve per pass: over blocks and OPT heads at every TP degree (TP > 1 times hold the
-       TP all-reduces, which pull the curve down at small per-device work); grid search over
-       (x0, width); log e_max is the median log residual (minimises the median |log error|).
-    3. update_bandwidth_efficiency: median of (params * adam bytes / bandwidth) / measured
-       over the embedding layer (Sailor's update column repeats one number on every layer;
-       its size tracks the embedding's parameters, see the docs).
+       (embedding forward at TP 1, GPT-Neo's final-norm layer).
+    2. TP all-reduce: the embedding forward at TP t minus the same microbatch at TP 1 is one
+       vocab-parallel all-reduce of the hidden states (the gather is the same bytes either
+       way); `_fit_tp` turns those into a per-step latency and a link efficiency per degree.
+    3. compute curve per pass: over blocks and OPT heads at every TP degree, on the measured
+       time minus the modelled TP all-reduces (2 per block pass); grid search over (x0,
+       width); log e_max is the median log residual (minimises the median |log error|).
+    4. update_bandwidth_efficiency: median of (params * adam bytes / bandwidth) / measured
+       over the step the profiler ran (embedding + one block + output layers,
+       `step_indices`): Sailor's update column is that one step, repeated on every layer.
     """
     models = sailor_models()
-    per_device: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
-    for model, gpu, profile in load_profiles(data):
+    per_device: dict[str, dict[str, list[tuple[float, float, float, str]]]] = {}
+    tp_samples: dict[str, list[tuple[int, float, float]]] = {}
+    profiles = [(m, g, p) for m, g, p in load_profiles(data) if models[m].fit]
+    for model, gpu, profile in profiles:
         spec = models[model]
-        if not spec.fit:
-            continue
         device = _device(gpu)
+        for mbs, tp in profile.points():
+            base = profile.lookup(mbs, 1, 0)
+            here = profile.lookup(mbs, tp, 0)
+            if tp > 1 and base is not None and here is not None:
+                emb = _works(spec, 0, mbs, tp)[0].forward
+                tp_samples.setdefault(gpu, []).append((tp, emb.all_reduce_bytes, here[0] - base[0]))
+    tp_fit = {
+        gpu: _fit_tp(samples, _device(gpu).intra_node_bandwidth / 2.0)
+        for gpu, samples in tp_samples.items()
+    }
+    for model, gpu, profile in profiles:
+        spec = models[model]
+        device = _device(gpu)
+        latency, effs = tp_fit[gpu]
+        comm = DeviceEfficiency(
+            forward=_FLAT,
+            backward=_FLAT,
+            tp_step_latency_s=latency,
+            tp_bandwidth_efficiency=effs,
+        )
         bucket = per_device.setdefault(
             gpu, {k: [] for k in ("ov_forward", "ov_backward", "forward", "backward", "update")}
         )
@@ -160,42 +245,58 @@ def fit(data: Path) -> dict[str, object]:
             for index, kinds in enumerate(spec.layout):
                 measured = profile.lookup(mbs, tp, index)
                 assert measured is not None
-                works = [
-                    layer_work(spec.arch, k, seq_len=2048, microbatch=mbs, tp=tp) for k in kinds
-                ]
+                works = _works(spec, index, mbs, tp)
                 for p, which in enumerate(("forward", "backward")):
-                    flops = sum(getattr(w, which).flops for w in works)
-                    nbytes = sum(getattr(w, which).bytes for w in works)
+                    passes = [getattr(w, which) for w in works]
+                    flops = sum(w.flops for w in passes)
+                    nbytes = sum(w.bytes for w in passes)
                     memory = nbytes / device.memory_bandwidth
                     small = kinds == ("norm",) or (
                         kinds == ("embedding",) and tp == 1 and which == "forward"
                     )
                     if small:
-                        bucket[f"ov_{which}"].append((measured[p] - memory, 0.0, 0.0))
+                        bucket[f"ov_{which}"].append((measured[p] - memory, 0.0, 0.0, ""))
                     if flops > 0:
-                        bucket[which].append((flops, measured[p], 0.0))
-                if kinds == ("embedding",) and measured[2] > 0:
-                    params = sum(w.parameters for w in works)
-                    ideal = params * adam_bytes_per_parameter() / device.memory_bandwidth
-                    bucket["update"].append((ideal / measured[2], 0.0, 0.0))
+                        tp_s = sum(tp_time(w, device, comm, tp) for w in passes)
+                        compute = max(measured[p] - tp_s, 0.2 * measured[p])
+                        per_byte = sum(w.scores for w in passes) / device.memory_bandwidth
+                        block = model if "block" in kinds else ""
+                        bucket[which].append((flops, compute, per_byte, block))
+            step = profile.lookup(mbs, tp, 0)
+            assert step is not None
+            if step[2] > 0:
+                params = sum(
+                    w.parameters for i in step_indices(spec) for w in _works(spec, i, mbs, tp)
+                )
+                ideal = params * adam_bytes_per_parameter() / device.memory_bandwidth
+                bucket["update"].append((ideal / step[2], 0.0, 0.0, ""))
+    score_bytes = {w: _fit_score_bytes(per_device, w) for w in ("forward", "backward")}
     fitted: dict[str, dict[str, object]] = {}
     for gpu, bucket in per_device.items():
         device = _device(gpu)
         peak = device.peak_flops["fp16"]
         overhead = {
-            w: max(0.0, float(np.median([x for x, _, _ in bucket[f"ov_{w}"]])))
+            w: max(0.0, float(np.median([x[0] for x in bucket[f"ov_{w}"]])))
             if bucket[f"ov_{w}"]
             else math.nan
             for w in ("forward", "backward")
         }
         entry: dict[str, object] = {}
         for which in ("forward", "backward"):
-            pts = np.array([(f, t) for f, t, _ in bucket[which]])
-            entry[which] = _fit_curve(pts[:, 0], pts[:, 1], peak)
+            pts = np.array([x[:3] for x in bucket[which]])
+            target = _less_softmax(pts, score_bytes[which])
+            entry[which] = _fit_curve(pts[:, 0], target, peak)
         entry["overhead_s"] = overhead
-        updates = [x for x, _, _ in bucket["update"]]
+        entry["score_bytes"] = score_bytes
+        updates = [x[0] for x in bucket["update"]]
         entry["update_bandwidth_efficiency"] = float(np.median(updates)) if updates else math.nan
-        entry["points"] = {w: len(bucket[w]) for w in ("forward", "backward", "update")}
+        latency, effs = tp_fit[gpu]
+        entry["tp_step_latency_s"] = latency
+        entry["tp_bandwidth_efficiency"] = {str(t): e for t, e in sorted(effs.items())}
+        entry["points"] = {
+            **{w: len(bucket[w]) for w in ("forward", "backward", "update")},
+            "tp": len(tp_samples[gpu]),
+        }
         fitted[DEVICES[gpu]] = entry
     # Devices with no backward-overhead sample take the median of the others.
     known = [
@@ -227,19 +328,27 @@ def fit(data: Path) -> dict[str, object]:
     for e in fitted.values():  # devices whose profiles record no update take the median
         if math.isnan(float(e["update_bandwidth_efficiency"])):  # type: ignore[arg-type]
             e["update_bandwidth_efficiency"] = default["update_bandwidth_efficiency"]
+    default["score_bytes"] = score_bytes
+    default["tp_step_latency_s"] = float(np.median([lat for lat, _ in tp_fit.values()]))
+    degrees = sorted({t for _, effs in tp_fit.values() for t in effs})
+    default["tp_bandwidth_efficiency"] = {
+        str(t): round(float(np.median([effs[t] for _, effs in tp_fit.values() if t in effs])), 5)
+        for t in degrees
+    }
     return {
         "_about": (
-            "Fitted compute-efficiency numbers of hetc's no-profile compute model "
-            "(hetc/costmodel/compute.py). eff(W) = e_max / (1 + 2 ** ((x0 - log2 W) / width)), "
+            "Fitted numbers of hetc's no-profile compute model (hetc/costmodel/compute.py; "
+            "docs/costmodel-compute.md). eff(W) = e_max / (1 + 2 ** ((x0 - log2 W) / width)), "
             "W = FLOPs of one layer pass on one device; time = [overhead_s[pass], only on "
-            "layers with no matmul] + "
-            "max(W / (peak_fp16 * eff(W)), bytes / memory_bandwidth); optimizer update = "
-            "parameters * adam_bytes_per_parameter / (memory_bandwidth * "
-            "update_bandwidth_efficiency). Fitted by `python bench/costmodel.py --fit` on "
-            "Sailor's measured layer profiles of OPT-350 and GPT-Neo-2.7 only (fp16 mixed "
-            "precision, seq len 2048; GPT-Neo-2.7/GH-96 excluded: it duplicates OPT-350/GH-96). "
-            "`default` (median of the per-device fits) serves device types never measured. "
-            "Override per device with ComputeModel(efficiency=...)."
+            "layers with no matmul] + max(W / (peak_fp16 * eff(W)), bytes / memory_bandwidth) "
+            "+ TP all-reduces (ring over the intra-node link at tp_bandwidth_efficiency[tp] of "
+            "it, tp_step_latency_s per ring step); optimizer update = parameters * "
+            "adam_bytes_per_parameter / (memory_bandwidth * update_bandwidth_efficiency). "
+            "Fitted by `python bench/costmodel.py --fit` on Sailor's measured layer profiles of "
+            "OPT-350 and GPT-Neo-2.7 only (fp16 mixed precision, seq len 2048; GPT-Neo-2.7/GH-96 "
+            "excluded: it duplicates OPT-350/GH-96). `default` (median of the per-device fits) "
+            "serves device types never measured. Override per device with "
+            "ComputeModel(efficiency=...)."
         ),
         "form": "logistic in log2(per-device FLOPs of the pass)",
         "precision": "fp16",
@@ -253,22 +362,55 @@ def fit(data: Path) -> dict[str, object]:
     }
 
 
+def _less_softmax(pts: np.ndarray, per_score: float) -> np.ndarray:
+    """Compute time left for the GEMM curve once the softmax-chain traffic is taken off
+    (floored at 5% of the measured time: a curve cannot fit a negative time)."""
+    return np.maximum(pts[:, 1] - per_score * pts[:, 2], 0.05 * pts[:, 1])
+
+
+def _fit_score_bytes(
+    per_device: dict[str, dict[str, list[tuple[float, float, float, str]]]], which: str
+) -> float:
+    """One global bytes-per-attention-score for `which` pass, shared by every device: the
+    value whose per-device curve refits give the smallest mean, over (device, model), of
+    the median block error (the mean, so that no one group is given up). A grid of 4-byte
+    steps; the curves are refitted at each."""
+    best = (math.inf, 0.0)
+    for per_score in np.arange(0.0, 129.0, 4.0):
+        medians = []
+        for gpu, bucket in per_device.items():
+            peak = _device(gpu).peak_flops["fp16"]
+            pts = np.array([x[:3] for x in bucket[which]])
+            target = _less_softmax(pts, per_score)
+            c = _fit_curve(pts[:, 0], target, peak)
+            curve = EfficiencyCurve(e_max=c["e_max"], x0=c["x0"], width=c["width"])
+            pred = np.array([f / (peak * curve(f)) for f in pts[:, 0]]) + per_score * pts[:, 2]
+            rel = np.abs(pred - pts[:, 1]) / pts[:, 1]
+            groups = np.array([x[3] for x in bucket[which]])
+            medians += [float(np.median(rel[groups == g])) for g in set(groups) - {""}]
+        score = float(np.mean(medians))
+        if score < best[0]:
+            best = (score, float(per_score))
+    return best[1]
+
+
 def _fit_curve(flops: np.ndarray, target: np.ndarray, peak: float) -> dict[str, float]:
-    """Grid-search x0 and width; e_max closed form (median log residual). Min median |log|."""
+    """Grid-search x0 and width; e_max closed form (median log residual, capped at
+    `E_MAX_CAP`). Minimises the median |log error|; ties go to the first."""
     x = np.log2(flops)
     base = np.log(flops / (peak * target))  # log of eff needed = log e_max - log(1 + 2^z)
-    best = (math.inf, 0.0, 0.0, 0.0)
-    for x0 in np.arange(20.0, 46.0, 0.25):
-        for width in np.arange(0.25, 8.01, 0.25):
-            penalty = np.log1p(2.0 ** ((x0 - x) / width))
-            log_e = float(np.median(base + penalty))
-            if log_e > 0:  # e_max above 1 is not physical
-                continue
-            err = float(np.median(np.abs(base + penalty - log_e)))
-            if err < best[0]:
-                best = (err, float(np.exp(log_e)), float(x0), float(width))
-    _, e_max, x0, width = best
-    return {"e_max": round(e_max, 5), "x0": x0, "width": width}
+    x0s = np.arange(20.0, 46.0, 0.25)
+    widths = np.arange(0.25, 8.01, 0.25)
+    z = (x0s[:, None, None] - x[None, None, :]) / widths[None, :, None]
+    residual = base[None, None, :] + np.logaddexp(0.0, z * math.log(2.0))  # + log(1 + 2^z)
+    log_e = np.minimum(math.log(E_MAX_CAP), np.median(residual, axis=2))
+    err = np.median(np.abs(residual - log_e[:, :, None]), axis=2)
+    i, j = np.unravel_index(int(np.argmin(err)), err.shape)
+    return {
+        "e_max": round(float(np.exp(log_e[i, j])), 5),
+        "x0": float(x0s[i]),
+        "width": float(widths[j]),
+    }
 
 
 def errors(data: Path) -> list[tuple[str, str, str, str, float, float, int]]:
@@ -286,13 +428,17 @@ def errors(data: Path) -> list[tuple[str, str, str, str, float, float, int]]:
                 est = cm.layer_times(index, mbs, tp)
                 kind = report_kind(kinds)
                 for col, m, e in zip(
-                    ("forward", "backward", "update"),
-                    measured,
-                    (est.forward, est.backward, est.update),
-                    strict=True,
+                    ("forward", "backward"), measured[:2], (est.forward, est.backward), strict=True
                 ):
                     if m > 0:
                         rel.setdefault((col, kind), []).append(abs(e - m) / m)
+            # The update column is one optimizer step of the profiled model (embedding, one
+            # block, output layers), repeated on every index: compare that step, once.
+            step = profile.lookup(mbs, tp, 0)
+            assert step is not None
+            if step[2] > 0:
+                e = sum(cm.layer_times(i, mbs, tp).update for i in step_indices(spec))
+                rel.setdefault(("update", "step"), []).append(abs(e - step[2]) / step[2])
         for (col, kind), values in sorted(rel.items()):
             arr = np.array(values)
             rows.append(
@@ -337,7 +483,7 @@ def main() -> None:
     print("summary: median over all points of a (set, column, kind)")
     for tag in ("fit", "held"):
         for col in ("forward", "backward", "update"):
-            for kind in ("embedding", "block", "head"):
+            for kind in ("embedding", "block", "head", "step"):
                 meds = [
                     r[4]
                     for r in rows

@@ -1,16 +1,27 @@
 """Per-layer forward, backward and update time of one microbatch on one device.
 
 Where a measured profile covers a (microbatch, TP) point, its numbers are returned exactly
-(Sailor's approach, §4.1: measurements beat any formula). Elsewhere hetc estimates:
+(Sailor's approach, §4.1: measurements beat any formula). Elsewhere hetc estimates
+(docs/costmodel-compute.md has the derivation, the fit and the error table):
 
     time(pass) = [overhead_s[pass]] + max(FLOP / (peak[precision] * eff(W)),
-                                        bytes / memory_bandwidth)
+                                          bytes / memory_bandwidth)
+               + scores * score_bytes[pass] / memory_bandwidth
+               + all_reduces * tp_all_reduce_time(all_reduce_bytes, tp, ...)
 
-a roofline, plus a fixed latency on layers with no matmul (embedding gather, final norm).
-`W` is the FLOP count of that pass on one device;
-`eff` is a fitted curve (below) because small GEMMs on a big GPU run far below peak, which is
-what a plain roofline gets most wrong. The optimizer update is memory-bound by nature (Adam
-reads and writes every parameter's state once), so it is bytes / (bandwidth * efficiency).
+- the roofline over GEMM FLOPs and elementwise bytes, with `W` the FLOP count of that pass on
+  one device and `eff` a fitted logistic (small GEMMs on a big GPU run far below peak);
+- the unfused attention softmax chain (scale, mask, softmax, dropout and their gradients) as
+  serial memory traffic: `score_bytes` effective bytes per attention-score element, one
+  number per pass shared by every device;
+- the Megatron tensor-parallel all-reduces, explicit (2 per block pass, 1 in the vocab-parallel
+  embedding forward, 1 + 3 small ones in the head): a ring over the device's intra-node link
+  (`network.tp_all_reduce_time`) at a fitted fraction of it per TP degree, with a fitted
+  per-step latency;
+- a fixed latency on layers with no matmul (embedding gather, final norm).
+
+The optimizer update is memory-bound by nature (Adam reads and writes every parameter's
+state once), so it is bytes / (bandwidth * efficiency).
 
 FLOPs per layer kind, for microbatch `m`, sequence `s`, TP degree `t` (each matmul 2*m*n*k):
 
@@ -23,11 +34,13 @@ FLOPs per layer kind, for microbatch `m`, sequence `s`, TP degree `t` (each matm
 - embedding: a gather (memory traffic), plus the e->hidden projection where e != hidden.
 - norm: the final layer norm alone (memory traffic).
 
-Backward is 2x the forward FLOPs and bytes (gradients w.r.t. inputs and weights); with
-activation checkpointing the forward is recomputed, so backward gets one more forward.
+Backward is 2x the forward FLOPs and bytes (gradients w.r.t. inputs and weights), except the
+head, whose measured backward holds only the logits GEMM's input gradient
+(`HEAD_BACKWARD_GEMMS`); with activation checkpointing the forward is recomputed, so backward
+gets one more forward.
 
-The efficiency curve (`EfficiencyCurve`) is data, in `efficiency.json` beside this module,
-fitted on OPT-350M and GPT-Neo-2.7B profiles only by `bench/costmodel.py --fit`.
+The fitted numbers are data, in `efficiency.json` beside this module, fitted on OPT-350M and
+GPT-Neo-2.7B profiles only by `bench/costmodel.py --fit`.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ from importlib import resources
 from typing import Literal
 
 from hetc.catalog import DeviceType, ModelArchitecture
+from hetc.costmodel.network import INTRA_NODE_LATENCY, tp_all_reduce_time
 from hetc.costmodel.profile import LayerProfile
 
 LayerKind = Literal["embedding", "block", "norm", "head"]
@@ -48,6 +62,9 @@ Pass = Literal["forward", "backward"]
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 """Bytes of one activation element per training precision."""
+
+HEAD_BACKWARD_GEMMS = 1.0
+"""Logits-GEMM FLOPs of the head's backward, in units of its forward GEMM (see the docs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +78,17 @@ class LayerTimes:
 
 @dataclass(frozen=True, slots=True)
 class PassWork:
-    """What one pass of one layer costs on one device: FLOPs and bytes moved."""
+    """What one pass of one layer costs on one device: FLOPs, bytes moved, TP all-reduces."""
 
     flops: float
     bytes: float
+    all_reduces: int = 0
+    """Tensor-parallel all-reduces in this pass (0 at TP 1)."""
+    all_reduce_bytes: float = 0.0
+    """Bytes of each of them (every rank's full buffer)."""
+    scores: float = 0.0
+    """Attention-score elements (m * heads * s * keys / tp) whose unfused scale, mask, softmax
+    and dropout chain runs at memory speed, serially after the GEMMs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +131,37 @@ class DeviceEfficiency:
     """Fixed seconds per layer and pass (kernel launches, framework hooks)."""
     update_bandwidth_efficiency: float = 1.0
     """Achieved fraction of memory bandwidth in the optimizer step."""
+    score_bytes: dict[str, float] = field(default_factory=lambda: {"forward": 0.0, "backward": 0.0})
+    """Effective bytes moved per attention-score element and pass (at full memory bandwidth)."""
+    tp_step_latency_s: float = INTRA_NODE_LATENCY
+    """Seconds per ring step of a TP all-reduce (NCCL launch, rank skew), not just the wire's."""
+    tp_bandwidth_efficiency: dict[int, float] = field(default_factory=dict)
+    """TP degree -> achieved fraction of the intra-node link (`network.intra_node_link`) in a
+    TP all-reduce. Degrees not listed take the nearest listed degree below (else above);
+    empty means 1.0 (the link's full speed)."""
 
     def curve(self, which: Pass) -> EfficiencyCurve:
         return self.forward if which == "forward" else self.backward
+
+    def tp_efficiency(self, tp: int) -> float:
+        """The achieved fraction of the intra-node link for a TP group of `tp` devices."""
+        table = self.tp_bandwidth_efficiency
+        if not table:
+            return 1.0
+        if tp in table:
+            return table[tp]
+        below = [t for t in table if t <= tp]
+        return table[max(below)] if below else table[min(table)]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFraction:
+    """A flat message-size curve at `fraction` of the link (hashable, for `network`'s cache)."""
+
+    fraction: float
+
+    def __call__(self, nbytes: float) -> float:
+        return self.fraction
 
 
 def _curve(data: dict[str, float]) -> EfficiencyCurve:
@@ -121,12 +173,20 @@ def efficiency_from_mapping(data: dict[str, object]) -> DeviceEfficiency:
     fwd, bwd, over = data["forward"], data["backward"], data.get("overhead_s", {})
     assert isinstance(fwd, dict) and isinstance(bwd, dict) and isinstance(over, dict)
     upd = data.get("update_bandwidth_efficiency", 1.0)
-    assert isinstance(upd, (int, float))
+    latency = data.get("tp_step_latency_s", INTRA_NODE_LATENCY)
+    tp_eff = data.get("tp_bandwidth_efficiency", {})
+    score = data.get("score_bytes", {})
+    assert isinstance(score, dict)
+    assert isinstance(upd, (int, float)) and isinstance(latency, (int, float))
+    assert isinstance(tp_eff, dict)
     return DeviceEfficiency(
         forward=_curve(fwd),
         backward=_curve(bwd),
         overhead_s={"forward": 0.0, "backward": 0.0, **over},
         update_bandwidth_efficiency=float(upd),
+        score_bytes={"forward": 0.0, "backward": 0.0, **score},
+        tp_step_latency_s=float(latency),
+        tp_bandwidth_efficiency={int(k): float(v) for k, v in tp_eff.items()},
     )
 
 
@@ -189,6 +249,8 @@ def layer_work(
     b = DTYPE_BYTES[precision]
     tokens = m * s
     norm_bytes = 2 * tokens * h * b  # read input, write output
+    hidden_bytes = tokens * h * b  # one activation tensor: what a TP all-reduce carries
+    sharded = t > 1
     if kind == "block":
         keys = min(arch.local_attention_window or s, s) if _is_local(arch, block) else s
         matrices = 3 if arch.mlp == "swiglu" else 2
@@ -202,18 +264,30 @@ def layer_work(
             2 * norm_bytes  # two norms
             + 2 * 3 * tokens * h * b  # two residual adds: read two, write one
             + (matrices - 1) * 2 * tokens * f * b / t  # activation (and swiglu's product)
-            + 4 * m * a * s * keys * b / t  # scale/mask and softmax over the scores
         )
+        scores = m * a * s * keys / t  # their traffic is `score_bytes` per element, serial
         params = arch.layer_parameters() / t
-        fwd = PassWork(flops, elementwise)
+        # Megatron: the row-parallel attention output and MLP-out all-reduce forward; the
+        # column-parallel QKV and MLP-in inputs all-reduce their gradients backward.
+        reduces = 2 if sharded else 0
+        fwd = PassWork(flops, elementwise, reduces, hidden_bytes, scores)
+        bwd = PassWork(2 * flops, 2 * elementwise, reduces, hidden_bytes, scores)
     elif kind == "head":
-        flops = 2 * tokens * e * v / t
-        if e != h:
-            flops += 2 * tokens * h * e
+        gemm = 2 * tokens * e * v / t
+        projection = 2 * tokens * h * e if e != h else 0.0
         # fp16 logits written, then fp32 softmax cross-entropy: read, exp/sum, write.
         loss_bytes = tokens * v / t * (b + 3 * 4)
         params = (0 if arch.tied_embeddings else v * e) / t + (h * e if e != h else 0)
-        fwd = PassWork(flops, loss_bytes)
+        # Vocab-parallel cross-entropy all-reduces max, target logit and sum(exp): 3 x fp32
+        # per token forward; backward all-reduces the input gradient of the logits GEMM.
+        fwd = PassWork(gemm + projection, loss_bytes, 3 if sharded else 0, tokens * 4.0)
+        # Backward: the input gradient of the logits GEMM (HEAD_BACKWARD_GEMMS, see there).
+        bwd = PassWork(
+            HEAD_BACKWARD_GEMMS * gemm + 2 * projection,
+            loss_bytes,
+            1 if sharded else 0,
+            hidden_bytes,
+        )
     elif kind == "embedding":
         gathered = 2 * tokens * e * b  # read the rows, write them
         flops = 0.0
@@ -226,24 +300,47 @@ def layer_work(
         )
         if e != h:
             params += e * h
-        fwd = PassWork(flops, gathered)
+        # Vocab-parallel: every rank gathers its rows (zeros elsewhere), then one all-reduce.
+        fwd = PassWork(flops, gathered, 1 if sharded else 0, tokens * e * b)
+        bwd = PassWork(2 * flops, 2 * gathered)
     elif kind == "norm":
         params = 2 * h if arch.norm == "layernorm" else h
         fwd = PassWork(0.0, norm_bytes)
+        bwd = PassWork(0.0, 2 * norm_bytes)
     else:
         raise ValueError(f"unknown layer kind {kind!r} (embedding, block, norm or head)")
-    return LayerWork(
-        forward=fwd, backward=PassWork(2 * fwd.flops, 2 * fwd.bytes), parameters=params
+    return LayerWork(forward=fwd, backward=bwd, parameters=params)
+
+
+def tp_time(work: PassWork, device: DeviceType, eff: DeviceEfficiency, tp: int) -> float:
+    """Seconds of the pass's TP all-reduces: rings over the intra-node link at the device's
+    achieved fraction of it, with its fitted per-step latency (`network.tp_all_reduce_time`)."""
+    if work.all_reduces == 0 or tp <= 1:
+        return 0.0
+    one = tp_all_reduce_time(
+        work.all_reduce_bytes,
+        tp,
+        device,
+        latency=eff.tp_step_latency_s,
+        curve=LinkFraction(eff.tp_efficiency(tp)),
     )
+    return work.all_reduces * one
 
 
 def pass_time(
-    work: PassWork, device: DeviceType, eff: DeviceEfficiency, which: Pass, precision: str
+    work: PassWork,
+    device: DeviceType,
+    eff: DeviceEfficiency,
+    which: Pass,
+    precision: str,
+    tp: int = 1,
 ) -> float:
-    """Roofline time of one pass: max(compute time, memory time), plus the fixed latency.
+    """Roofline time of one pass: max(compute time, memory time), plus the fixed latency,
+    plus the pass's TP all-reduces (`tp_time`; none at TP 1).
 
     The fixed latency applies to memory-bound layers only (no matmul): for matmul layers the
-    efficiency curve was fitted on whole measured times, so it already holds their launches.
+    efficiency curve was fitted on whole measured compute times, so it already holds their
+    launches.
     """
     peak = device.peak_flops.get(precision)
     if peak is None:
@@ -253,7 +350,8 @@ def pass_time(
     compute = work.flops / (peak * eff.curve(which)(work.flops)) if work.flops > 0 else 0.0
     memory = work.bytes / device.memory_bandwidth
     overhead = eff.overhead_s.get(which, 0.0) if work.flops == 0 else 0.0
-    return overhead + max(compute, memory)
+    softmax = work.scores * eff.score_bytes.get(which, 0.0) / device.memory_bandwidth
+    return overhead + max(compute, memory) + softmax + tp_time(work, device, eff, tp)
 
 
 def update_time(parameters: float, device: DeviceType, eff: DeviceEfficiency) -> float:
@@ -322,9 +420,9 @@ class ComputeModel:
                 block=block,
                 precision=self.precision,
             )
-            f = pass_time(work.forward, self.device, eff, "forward", self.precision)
+            f = pass_time(work.forward, self.device, eff, "forward", self.precision, tp)
             fwd += f
-            bwd += pass_time(work.backward, self.device, eff, "backward", self.precision)
+            bwd += pass_time(work.backward, self.device, eff, "backward", self.precision, tp)
             if self.activation_checkpointing:
                 bwd += f
             upd += update_time(work.parameters, self.device, eff)
