@@ -140,7 +140,8 @@ def simulate(
     as_json: JsonFlag = False,
 ) -> None:
     """Predict a plan's iteration time, throughput, memory per rank and cost."""
-    from hetc.costmodel.simulate import plan_spec_problems
+    from hetc.costmodel.profile import ProfileError
+    from hetc.costmodel.simulate import plan_spec_problems, read_spec_profiles
     from hetc.costmodel.simulate import simulate as run_simulation
     from hetc.costmodel.summary import simulation_json, simulation_text
     from hetc.plan import PlanFormatError, plan_from_json
@@ -167,7 +168,12 @@ def simulate(
         raise typer.Exit(EXIT_INVALID)
     if layout.spec_hash != spec_hash(checked.spec):
         typer.echo(f"hetc: warning: {plan} was made for another version of {spec}", err=True)
-    result = run_simulation(layout, checked.spec)
+    try:
+        profiles = read_spec_profiles(checked.spec, str(spec.parent))
+    except ProfileError as exc:
+        typer.echo(str(exc))
+        raise typer.Exit(EXIT_INVALID) from None
+    result = run_simulation(layout, checked.spec, profiles=profiles)
     typer.echo(
         json.dumps(simulation_json(result), indent=2) if as_json else simulation_text(result)
     )

@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hetc.cli import app
@@ -124,3 +125,65 @@ def test_missing_plan_and_invalid_spec(tmp_path: Path) -> None:
     spec.write_text(SPEC.replace("quota: 8", "quota: 0"))
     bad = runner.invoke(app, ["simulate", str(spec), "--plan", str(tmp_path / "plan.json")])
     assert bad.exit_code == 1 and "zones[0].pools[0].quota: must be at least 1" in bad.stdout
+
+
+def _profile(tmp_path: Path, **fields: object) -> Path:
+    """A hetc-format profile of OPT-350M on A100-40GB at microbatch 2, TP 4: layer i takes
+    (i + 1) ms forward, twice that backward, 0.5 ms update."""
+    times = {str(i): [(i + 1) * 1e-3, 2 * (i + 1) * 1e-3, 0.5e-3] for i in range(26)}
+    document = {
+        "format": "hetc-layer-profile",
+        "version": 1,
+        "model": "OPT-350M",
+        "device": "A100-40GB",
+        "precision": "fp16",
+        "seq_len": 2048,
+        "units": "s",
+        "times": {"2": {"4": times}},
+    } | fields
+    path = tmp_path / "a100.profile.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_spec_profile_times_are_used_exactly(tmp_path: Path) -> None:
+    """With a profile in `profiles:`, a one-stage plan takes m x sum(f + b) + sum(update) of
+    the profile's numbers exactly: 8 x 3 x (1 + ... + 26) ms + 26 x 0.5 ms = 8.437 s."""
+    node = Node(
+        id="a100-40gb@a/n0", zone="a", region="r", pool="a100-40gb", device="A100-40GB", devices=4
+    )
+    spec, plan = _files(
+        tmp_path,
+        spec_hash="0" * 64,
+        nodes=(node,),
+        stages=(
+            Stage(
+                first_block=0,
+                end_block=24,
+                replicas=(
+                    Replica(device="A100-40GB", tp=4, node=node.id, local_ranks=(0, 1, 2, 3)),
+                ),
+            ),
+        ),
+        pipelines=(Pipeline(replicas=(0,), microbatches=8),),
+    )
+    _profile(tmp_path)
+    spec.write_text(SPEC + "profiles: [a100.profile.json]\n")
+    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["iteration_time"] == pytest.approx(8.437, rel=1e-12)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(SPEC)
+    without = runner.invoke(app, ["simulate", str(plain), "--plan", str(plan), "--json"])
+    assert without.exit_code == 0
+    assert json.loads(without.stdout)["iteration_time"] != pytest.approx(8.437, rel=1e-3)
+
+
+def test_profile_for_another_setting_is_refused(tmp_path: Path) -> None:
+    """A profile measured at another precision cannot stand in: exit 1 with the reason."""
+    spec, plan = _files(tmp_path)
+    _profile(tmp_path, precision="bf16")
+    spec.write_text(SPEC + "profiles: [a100.profile.json]\n")
+    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
+    assert result.exit_code == 1
+    assert "measured at bf16, seq_len 2048; the spec trains fp16" in result.stdout

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from hetc.catalog import DeviceType, ModelArchitecture
 from hetc.costmodel.compute import ComputeModel, LayerTimes, default_layout, layer_work
@@ -42,6 +44,7 @@ from hetc.costmodel.network import (
     ring_all_reduce_time,
     send_time,
 )
+from hetc.costmodel.profile import LayerProfile, ProfileError, read_profile
 from hetc.costmodel.schedule import (
     PipelineTimes,
     Timeline,
@@ -104,9 +107,19 @@ class Simulation:
         return all(r.problem is None for r in self.ranks)
 
 
-def simulate(plan: Plan, spec: Spec, *, overhead: FrameworkOverhead | None = None) -> Simulation:
-    """Evaluate `plan` for `spec` (the plan must be consistent: see `plan_problems`)."""
-    context = _Context(plan, spec)
+def simulate(
+    plan: Plan,
+    spec: Spec,
+    *,
+    profiles: Sequence[LayerProfile] = (),
+    overhead: FrameworkOverhead | None = None,
+) -> Simulation:
+    """Evaluate `plan` for `spec` (the plan must be consistent: see `plan_problems`).
+
+    `profiles` are measured per-layer times (see `read_spec_profiles`); a device with one uses
+    its numbers exactly wherever they cover the (microbatch, TP) point, the formula elsewhere.
+    """
+    context = _Context(plan, spec, {p.device: p for p in profiles})
     pipelines = [context.pipeline_times(p) for p in range(len(plan.pipelines))]
     sync = [context.sync_time(i) for i in range(len(plan.stages))]
     update = [context.update_time(i) for i in range(len(plan.stages))]
@@ -135,8 +148,8 @@ def simulate(plan: Plan, spec: Spec, *, overhead: FrameworkOverhead | None = Non
 class _Context:
     """Lookups shared by the steps of one simulation (zones, nodes, compute models)."""
 
-    def __init__(self, plan: Plan, spec: Spec) -> None:
-        self.plan, self.spec = plan, spec
+    def __init__(self, plan: Plan, spec: Spec, profiles: dict[str, LayerProfile]) -> None:
+        self.plan, self.spec, self.profiles = plan, spec, profiles
         self.arch: ModelArchitecture = spec.model
         self.zones: dict[str, Zone] = {z.name: z for z in spec.zones}
         self.nodes: dict[str, Node] = {n.id: n for n in plan.nodes}
@@ -155,6 +168,7 @@ class _Context:
                 seq_len=self.spec.training.seq_len,
                 precision=self.spec.training.precision,
                 activation_checkpointing=self.spec.training.activation_checkpointing,
+                profile=self.profiles.get(replica.device),
             )
         return self._models[replica.device]
 
@@ -387,3 +401,30 @@ def plan_spec_problems(plan: Plan, spec: Spec) -> list[str]:
                 f" over its quota of {quota}"
             )
     return problems
+
+
+def read_spec_profiles(spec: Spec, spec_dir: str) -> list[LayerProfile]:
+    """The spec's `profiles:` files (hetc's format, paths relative to the spec), each checked
+    against what the spec trains; raises `ProfileError` naming the file and the mismatch."""
+    found: dict[str, LayerProfile] = {}
+    for name in spec.profiles:
+        profile = read_profile(os.path.join(spec_dir, name))
+        where = profile.source
+        if profile.model.casefold() != spec.model_name.casefold():
+            raise ProfileError(
+                f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}"
+            )
+        device = next((d for d in spec.devices if d.casefold() == profile.device.casefold()), None)
+        if device is None:
+            raise ProfileError(f"{where}: device {profile.device!r} is in no pool of the spec")
+        if (profile.precision, profile.seq_len) != (spec.training.precision, spec.training.seq_len):
+            raise ProfileError(
+                f"{where}: measured at {profile.precision}, seq_len {profile.seq_len}; the"
+                f" spec trains {spec.training.precision}, seq_len {spec.training.seq_len}"
+            )
+        if device in found:
+            raise ProfileError(
+                f"{where}: a second profile for {device} (first: {found[device].source})"
+            )
+        found[device] = replace(profile, device=device)
+    return list(found.values())

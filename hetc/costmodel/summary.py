@@ -73,6 +73,7 @@ def simulation_text(sim: Simulation) -> str:
             f" {m.weights / GIB:>8.2f} {m.gradients / GIB:>7.2f} {m.optimizer / GIB:>7.2f}"
             f" {m.activations / GIB:>7.2f} {m.buckets / GIB:>7.2f} {m.overhead / GIB:>7.2f}"
             f" {m.total / GIB:>7.2f} {r.capacity / GIB:>6.1f} {100 * r.busy_fraction:>4.0f}%"
+            f" {100 * (1 - r.busy_fraction):>5.0f}%"
         )
     problems = [r.problem for r in sim.ranks if r.problem]
     if problems:
