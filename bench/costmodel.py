@@ -16,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -461,6 +462,7 @@ def main() -> None:
     parser.add_argument(
         "--data", type=Path, default=Path(os.environ.get("HETC_SAILOR_DATA", DEFAULT_DATA))
     )
+    parser.add_argument("--no-speed", action="store_true", help="skip the speed benchmark")
     args = parser.parse_args()
     if args.fit:
         table = fit(args.data)
@@ -496,6 +498,11 @@ def main() -> None:
                     )
     for name, why in EXCLUDED.items():
         print(f"excluded {'/'.join(name)}: {why}")
+    if not args.no_speed:
+        print("\ncandidate-stage evaluations per second (bench/costmodel_speed.py):")
+        subprocess.run(
+            [sys.executable, str(Path(__file__).with_name("costmodel_speed.py"))], check=True
+        )
 
 
 if __name__ == "__main__":
