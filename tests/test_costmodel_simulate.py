@@ -173,3 +173,23 @@ def test_costmodel_never_imports_torch() -> None:
         "sys.exit(any(n.split('.')[0] in ('torch', 'deepspeed') for n in sys.modules))\n"
     )
     assert subprocess.run([sys.executable, "-c", probe], timeout=60).returncode == 0
+
+
+def test_memory_per_stage_with_and_without_checkpointing() -> None:
+    """GPT-Neo-2.7B over 4 A100 stages (TP 4, ZeRO-1): without checkpointing stage 0 holds the
+    most and activations dominate it; with full checkpointing optimizer state dominates every
+    stage, and the two ends (both hold the tied embedding) hold more than the middle."""
+    nodes = [_node("a100-40gb", "a", k) for k in range(4)]
+    plan = _plan([(8 * k, 8 * k + 8, [nodes[k]]) for k in range(4)], [32])
+    plain = simulate(plan, _spec())
+    totals = [r.memory.total for r in plain.ranks[::4]]
+    assert totals.index(max(totals)) == 0 and totals == sorted(totals, reverse=True)
+    assert plain.ranks[0].memory.dominant() == "activations"
+    checkpointed = simulate(
+        plan, _spec(NEO.replace("zero_stage: 1}", "zero_stage: 1, activation_checkpointing: true}"))
+    )
+    stages = checkpointed.ranks[::4]
+    assert all(r.memory.dominant() == "optimizer" for r in stages)
+    assert min(stages[0].memory.total, stages[3].memory.total) > max(
+        stages[1].memory.total, stages[2].memory.total
+    )
