@@ -10,7 +10,8 @@ turns a recursive alias into null, which the schema then reports where it stands
 from __future__ import annotations
 
 import datetime
-import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,23 +54,29 @@ class SourceMap:
         return self.values.get((), (1, 1))
 
 
-def read_text(filename: str) -> str:
-    """The file's text as UTF-8 (a BOM is accepted), or a positioned / environment problem."""
+@contextmanager
+def _reading(filename: str) -> Iterator[None]:
+    """Turn the OS's reasons for not reading `filename` into an `EnvironmentProblem`."""
     try:
-        if os.path.isdir(filename):
-            raise EnvironmentProblem(
-                f"{filename} is a directory", "pass spec files, for example dir/*.yaml"
-            )
-        with open(filename, "rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        yield
     except FileNotFoundError:
         raise EnvironmentProblem(f"{filename}: no such file", "check the path") from None
+    except IsADirectoryError:
+        raise EnvironmentProblem(
+            f"{filename} is a directory", "pass files, for example dir/*.yaml"
+        ) from None
     except PermissionError:
         raise EnvironmentProblem(
             f"{filename}: permission denied", "make the file readable (chmod +r)"
         ) from None
     except OSError as exc:
         raise EnvironmentProblem(f"{filename}: {exc.strerror or exc}", "check the path") from None
+
+
+def read_text(filename: str) -> str:
+    """The file's text as UTF-8 (a BOM is accepted), or a positioned / environment problem."""
+    with _reading(filename), open(filename, "rb") as handle:
+        raw = handle.read(MAX_FILE_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:
         raise SyntaxProblem(
             1, 1, f"file is larger than the {MAX_FILE_BYTES // 1024} KiB cap for a spec"
@@ -79,17 +86,8 @@ def read_text(filename: str) -> str:
 
 def read_plain_text(filename: str) -> str:
     """A whole UTF-8 file (plans, profiles), with unreadable files as `EnvironmentProblem`."""
-    try:
-        with open(filename, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise EnvironmentProblem(f"{filename}: no such file", "check the path") from None
-    except IsADirectoryError:
-        raise EnvironmentProblem(f"{filename} is a directory", "pass a file") from None
-    except PermissionError:
-        raise EnvironmentProblem(
-            f"{filename}: permission denied", "make the file readable (chmod +r)"
-        ) from None
+    with _reading(filename), open(filename, encoding="utf-8") as handle:
+        return handle.read()
 
 
 def decode(raw: bytes) -> str:
