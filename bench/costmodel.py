@@ -39,7 +39,17 @@ from hetc.costmodel.compute import (  # noqa: E402
 )
 from hetc.costmodel.profile import LayerProfile, read_profile  # noqa: E402
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sailor-measurements"
+DEFAULT_DATA = next(
+    (
+        c
+        for c in (
+            Path(__file__).resolve().parents[2] / "shared" / "data" / "sailor-measurements",
+            Path("/work/shared/data/sailor-measurements"),
+        )
+        if c.is_dir()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "sailor-measurements",
+)
 EFFICIENCY_JSON = ROOT / "hetc" / "costmodel" / "efficiency.json"
 
 E_MAX_CAP = 0.8

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from workspace import SAILOR_DATA
 
 from hetc.catalog import ModelArchitecture, find_device
 from hetc.costmodel.compute import (
@@ -26,13 +26,7 @@ from hetc.costmodel.compute import (
 from hetc.costmodel.profile import LayerProfile, ProfileError, parse_profile, read_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-# The workspace keeps shared/ beside the checkout (CI too); HETC_SAILOR_DATA points elsewhere.
-DATA = Path(
-    os.environ.get(
-        "HETC_SAILOR_DATA",
-        Path(__file__).resolve().parents[2] / "shared" / "data" / "sailor-measurements",
-    )
-)
+DATA = SAILOR_DATA
 TINY = ModelArchitecture(layers=2, hidden=8, heads=2, ffn=32, vocab=100)
 
 

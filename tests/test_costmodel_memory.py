@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from workspace import SAILOR_DATA
 
 from hetc.catalog import ModelArchitecture, models
 from hetc.costmodel.memory import (
@@ -29,7 +29,7 @@ from hetc.costmodel.memory import (
 
 GIB = 2.0**30
 NO_OVERHEAD = FrameworkOverhead(fixed_bytes=0.0, fragmentation=0.0)
-SAILOR = Path(__file__).resolve().parents[2] / "shared/data/sailor-measurements/layer-memory.json"
+SAILOR = SAILOR_DATA / "layer-memory.json"
 
 # Sailor's shapes (its README): Megatron GPT layers, learned positions, tied embeddings.
 OPT_350 = ModelArchitecture(layers=24, hidden=1024, heads=16, vocab=50272, ffn=4096)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from workspace import SAILOR_DATA
 
 from hetc.catalog import devices
 from hetc.costmodel.network import (
@@ -302,7 +302,7 @@ def test_atlas_dp_across_regions_is_far_slower_than_pp_activations() -> None:
 # x = log2(bytes / 1e6)), so the record runs where that folder is absent;
 # test_sailor_literals_match_the_files checks the copy where it is present.
 
-SAILOR = Path(__file__).resolve().parents[2] / "shared" / "data" / "sailor-measurements"
+SAILOR = SAILOR_DATA
 SAILOR_INTER = {
     # key path in multizone_bandwidths_het.json -> ([a, b, c], peak B/s)
     ("us-central1-a", "A100-40", "1", "us-central1-a", "A100-40", "1"): (
