@@ -34,7 +34,9 @@ from hetc.costmodel.compute import (  # noqa: E402
     LayerKind,
     LayerWork,
     adam_bytes_per_parameter,
+    efficiency_from_mapping,
     layer_work,
+    pass_time,
     tp_time,
 )
 from hetc.costmodel.profile import LayerProfile, read_profile  # noqa: E402
@@ -210,20 +212,28 @@ def _fit_tp(
 def fit(data: Path) -> dict[str, object]:
     """Fit every device's numbers on OPT-350 and GPT-Neo-2.7, in this order:
 
-    1. overhead_s[pass]: median of (measured - bytes/bandwidth) over layers with no matmul
-       (embedding forward at TP 1, GPT-Neo's final-norm layer).
+    1. overhead_s[pass] and the embedding / final-norm chain bytes (`_fit_memory_chains`):
+       on the layers with no matmul (embedding forward at TP 1, GPT-Neo's final-norm layer),
+       time = overhead + counted bytes / bandwidth + elements * chain bytes / bandwidth; the
+       chain bytes are global, the overhead per device.
     2. TP all-reduce: the embedding forward at TP t minus the same microbatch at TP 1 is one
        vocab-parallel all-reduce of the hidden states (the gather is the same bytes either
        way); `_fit_tp` turns those into a per-step latency and a link efficiency per degree.
     3. compute curve per pass: over blocks and OPT heads at every TP degree, on the measured
        time minus the modelled TP all-reduces (2 per block pass); grid search over (x0,
-       width); log e_max is the median log residual (minimises the median |log error|).
-    4. update_bandwidth_efficiency: median of (params * adam bytes / bandwidth) / measured
+       width); log e_max is the median log residual; the grid point minimises the mean over
+       models of the median |log error| of their blocks (so neither model is given up).
+       The head points keep their whole time (as before this fit had the loss chain): they
+       only anchor the curve at large W and no group's error is measured on them.
+    4. the cross-entropy chain bytes per logit (`_fit_logit_bytes`), per pass: what the
+       OPT-350 output layers leave once the rest is modelled.
+    5. update_bandwidth_efficiency: median of (params * adam bytes / bandwidth) / measured
        over the step the profiler ran (embedding + one block + output layers,
        `step_indices`): Sailor's update column is that one step, repeated on every layer.
     """
     models = sailor_models()
     per_device: dict[str, dict[str, list[tuple[float, float, float, str]]]] = {}
+    heads: list[tuple[str, list[LayerWork], int, str, float]] = []
     tp_samples: dict[str, list[tuple[int, float, float]]] = {}
     profiles = [(m, g, p) for m, g, p in load_profiles(data) if models[m].fit]
     for model, gpu, profile in profiles:
@@ -266,7 +276,13 @@ def fit(data: Path) -> dict[str, object]:
                         kinds == ("embedding",) and tp == 1 and which == "forward"
                     )
                     if small:
-                        bucket[f"ov_{which}"].append((measured[p] - memory, 0.0, 0.0, ""))
+                        chain = passes[0].chain_elements / device.memory_bandwidth
+                        tag = f"{kinds[0]}|{model}"
+                        bucket[f"ov_{which}"].append(
+                            (measured[p] - memory, chain, measured[p], tag)
+                        )
+                    if "head" in kinds:
+                        heads.append((gpu, works, tp, which, measured[p]))
                     if flops > 0:
                         tp_s = sum(tp_time(w, device, comm, tp) for w in passes)
                         compute = max(measured[p] - tp_s, 0.2 * measured[p])
@@ -281,45 +297,14 @@ def fit(data: Path) -> dict[str, object]:
                 )
                 ideal = params * adam_bytes_per_parameter() / device.memory_bandwidth
                 bucket["update"].append((ideal / step[2], 0.0, 0.0, ""))
-    score_bytes = {w: _fit_score_bytes(per_device, w) for w in ("forward", "backward")}
-    fitted: dict[str, dict[str, object]] = {}
-    for gpu, bucket in per_device.items():
-        device = _device(gpu)
-        peak = device.peak_flops["fp16"]
-        overhead = {
-            w: max(0.0, float(np.median([x[0] for x in bucket[f"ov_{w}"]])))
-            if bucket[f"ov_{w}"]
-            else math.nan
-            for w in ("forward", "backward")
-        }
-        entry: dict[str, object] = {}
-        for which in ("forward", "backward"):
-            pts = np.array([x[:3] for x in bucket[which]])
-            target = _less_softmax(pts, score_bytes[which])
-            entry[which] = _fit_curve(pts[:, 0], target, peak)
-        entry["overhead_s"] = overhead
-        entry["score_bytes"] = score_bytes
-        updates = [x[0] for x in bucket["update"]]
-        entry["update_bandwidth_efficiency"] = float(np.median(updates)) if updates else math.nan
-        latency, effs = tp_fit[gpu]
-        entry["tp_step_latency_s"] = latency
-        entry["tp_bandwidth_efficiency"] = {str(t): e for t, e in sorted(effs.items())}
-        entry["points"] = {
-            **{w: len(bucket[w]) for w in ("forward", "backward", "update")},
-            "tp": len(tp_samples[gpu]),
-        }
-        fitted[DEVICES[gpu]] = entry
+    chain_bytes, overheads = _fit_memory_chains(per_device)
     # Devices with no backward-overhead sample take the median of the others.
-    known = [
-        e["overhead_s"]["backward"]
-        for e in fitted.values()  # type: ignore[index]
-        if not math.isnan(e["overhead_s"]["backward"])
-    ]  # type: ignore[index]
-    for e in fitted.values():
-        ov = e["overhead_s"]
-        assert isinstance(ov, dict)
-        if math.isnan(ov["backward"]):
-            ov["backward"] = float(np.median(known))
+    known = list(overheads["backward"].values())
+    for gpu in per_device:
+        overheads["backward"].setdefault(gpu, float(np.median(known)))
+    score_bytes = {w: _fit_score_bytes(per_device, w) for w in ("forward", "backward")}
+    fitted = _device_entries(per_device, score_bytes, overheads, tp_fit, tp_samples)
+    chain_bytes["logits"] = _fit_logit_bytes(heads, fitted, chain_bytes)
     default: dict[str, object] = {}
     for which in ("forward", "backward"):
         default[which] = {
@@ -340,6 +325,8 @@ def fit(data: Path) -> dict[str, object]:
         if math.isnan(float(e["update_bandwidth_efficiency"])):  # type: ignore[arg-type]
             e["update_bandwidth_efficiency"] = default["update_bandwidth_efficiency"]
     default["score_bytes"] = score_bytes
+    for e in (*fitted.values(), default):
+        e["chain_bytes"] = chain_bytes
     default["tp_step_latency_s"] = float(np.median([lat for lat, _ in tp_fit.values()]))
     degrees = sorted({t for _, effs in tp_fit.values() for t in effs})
     default["tp_bandwidth_efficiency"] = {
@@ -352,8 +339,13 @@ def fit(data: Path) -> dict[str, object]:
             "docs/costmodel-compute.md). eff(W) = e_max / (1 + 2 ** ((x0 - log2 W) / width)), "
             "W = FLOPs of one layer pass on one device; time = [overhead_s[pass], only on "
             "layers with no matmul] + max(W / (peak_fp16 * eff(W)), bytes / memory_bandwidth) "
+            "+ scores * score_bytes[pass] / memory_bandwidth + chain elements * "
+            "chain_bytes[chain][pass] / memory_bandwidth (unfused elementwise chains beyond the "
+            "counted bytes: logits = the head's fp32 cross-entropy, per logit; norm = the final "
+            "norm and embedding = gather + position add + dropout, per token x hidden element) "
             "+ TP all-reduces (ring over the intra-node link at tp_bandwidth_efficiency[tp] of "
-            "it, tp_step_latency_s per ring step); optimizer update = parameters * "
+            "it, tp_step_latency_s per ring step; the loss's 3 small ones at the link's own "
+            "latency); optimizer update = parameters * "
             "adam_bytes_per_parameter / (memory_bandwidth * update_bandwidth_efficiency). "
             "Fitted by `python bench/costmodel.py --fit` on Sailor's measured layer profiles of "
             "OPT-350 and GPT-Neo-2.7 only (fp16 mixed precision, seq len 2048; GPT-Neo-2.7/GH-96 "
@@ -370,6 +362,130 @@ def fit(data: Path) -> dict[str, object]:
         ),
         "default": default,
         "devices": dict(sorted(fitted.items())),
+    }
+
+
+def _device_entries(
+    per_device: dict[str, dict[str, list[tuple[float, float, float, str]]]],
+    score_bytes: dict[str, float],
+    overheads: dict[str, dict[str, float]],
+    tp_fit: dict[str, tuple[float, dict[int, float]]],
+    tp_samples: dict[str, list[tuple[int, float, float]]],
+) -> dict[str, dict[str, object]]:
+    """Every device's efficiency.json entry from its buckets and the global numbers."""
+    fitted: dict[str, dict[str, object]] = {}
+    for gpu, bucket in per_device.items():
+        device = _device(gpu)
+        peak = device.peak_flops["fp16"]
+        overhead = {w: overheads[w][gpu] for w in ("forward", "backward")}
+        entry: dict[str, object] = {}
+        for which in ("forward", "backward"):
+            pts = np.array([x[:3] for x in bucket[which]])
+            target = _less_softmax(pts, score_bytes[which])
+            groups = np.array([x[3] for x in bucket[which]])
+            entry[which] = _fit_curve(pts[:, 0], target, peak, groups)
+        entry["overhead_s"] = overhead
+        entry["score_bytes"] = score_bytes
+        updates = [x[0] for x in bucket["update"]]
+        entry["update_bandwidth_efficiency"] = float(np.median(updates)) if updates else math.nan
+        latency, effs = tp_fit[gpu]
+        entry["tp_step_latency_s"] = latency
+        entry["tp_bandwidth_efficiency"] = {str(t): e for t, e in sorted(effs.items())}
+        entry["points"] = {
+            **{w: len(bucket[w]) for w in ("forward", "backward", "update")},
+            "tp": len(tp_samples[gpu]),
+        }
+        fitted[DEVICES[gpu]] = entry
+    return fitted
+
+
+CHAIN_GRID = np.arange(0.0, 161.0, 2.0)
+"""Candidate effective bytes per element of an unfused memory chain (2 B steps)."""
+
+
+def _fit_memory_chains(
+    per_device: dict[str, dict[str, list[tuple[float, float, float, str]]]],
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Bytes per element of the embedding and final-norm chains (global) and every device's
+    `overhead_s` (its intercept), jointly, on the layers with no matmul.
+
+    Samples: (measured - counted bytes / bandwidth, chain elements / bandwidth, measured, tag).
+    For each grid pair (embedding B, norm B) every device's overhead is the median of what
+    its samples leave; the pair chosen gives the smallest mean over (layer kind, model,
+    device) of the median relative error. Backward has only norm samples (the embedding's
+    backward is a hook, see the docs)."""
+    chains: dict[str, dict[str, float]] = {"embedding": {}, "norm": {}}
+    overheads: dict[str, dict[str, float]] = {}
+    for which in ("forward", "backward"):
+        key = f"ov_{which}"
+        groups = {
+            gpu: (
+                np.array([x[0] for x in b[key]]),
+                np.array([x[1] for x in b[key]]),
+                np.array([x[2] for x in b[key]]),
+                np.array([x[3] for x in b[key]]),
+            )
+            for gpu, b in per_device.items()
+            if b[key]
+        }
+        grid_emb = CHAIN_GRID if which == "forward" else np.array([0.0])
+        masks = [
+            (
+                rest,
+                elems,
+                measured,
+                np.char.startswith(tags, "embedding"),
+                [tags == t for t in sorted(set(tags))],
+            )
+            for rest, elems, measured, tags in groups.values()
+        ]
+        best = (math.inf, 0.0, 0.0)
+        for b_emb in grid_emb:
+            for b_norm in CHAIN_GRID:
+                medians = []
+                for rest, elems, measured, is_emb, by_tag in masks:
+                    chain = elems * np.where(is_emb, b_emb, b_norm)
+                    overhead = max(0.0, float(np.median(rest - chain)))
+                    rel = np.abs(overhead + chain - rest) / measured
+                    medians += [float(np.median(rel[m])) for m in by_tag]
+                score = float(np.mean(medians))
+                if score < best[0]:
+                    best = (score, float(b_emb), float(b_norm))
+        _, b_emb, b_norm = best
+        if which == "forward":
+            chains["embedding"][which] = b_emb
+        chains["norm"][which] = b_norm
+        overheads[which] = {}
+        for gpu, (rest, elems, _, tags) in groups.items():
+            is_emb = np.char.startswith(tags, "embedding")
+            chain = elems * np.where(is_emb, b_emb, b_norm)
+            overheads[which][gpu] = max(0.0, float(np.median(rest - chain)))
+    return chains, overheads
+
+
+def _fit_logit_bytes(
+    heads: list[tuple[str, list[LayerWork], int, str, float]],
+    fitted: dict[str, dict[str, object]],
+    chains: dict[str, dict[str, float]],
+) -> dict[str, float]:
+    """Bytes per logit of the cross-entropy chain, per pass, shared by every device: what the
+    OPT-350 output layers (final norm + logits GEMM + loss) leave once everything else is
+    modelled (GEMMs on the fitted curves, counted bytes, norm chain, TP all-reduces), per
+    logit, at full bandwidth; the median over devices of each device's median."""
+    per: dict[str, dict[str, list[float]]] = {"forward": {}, "backward": {}}
+    for gpu, works, tp, which, measured in heads:
+        device = _device(gpu)
+        eff = efficiency_from_mapping({**fitted[DEVICES[gpu]], "chain_bytes": chains})
+        modelled = sum(
+            pass_time(getattr(w, which), device, eff, which, "fp16", tp)  # type: ignore[arg-type]
+            for w in works
+        )
+        logits = sum(getattr(w, which).chain_elements for w in works if w.forward.chain == "logits")
+        implied = (measured - modelled) * device.memory_bandwidth / logits
+        per[which].setdefault(gpu, []).append(implied)
+    return {
+        w: round(float(np.median([np.median(v) for v in per[w].values()])), 1)
+        for w in ("forward", "backward")
     }
 
 
@@ -393,11 +509,11 @@ def _fit_score_bytes(
             peak = _device(gpu).peak_flops["fp16"]
             pts = np.array([x[:3] for x in bucket[which]])
             target = _less_softmax(pts, per_score)
-            c = _fit_curve(pts[:, 0], target, peak)
+            groups = np.array([x[3] for x in bucket[which]])
+            c = _fit_curve(pts[:, 0], target, peak, groups)
             curve = EfficiencyCurve(e_max=c["e_max"], x0=c["x0"], width=c["width"])
             pred = np.array([f / (peak * curve(f)) for f in pts[:, 0]]) + per_score * pts[:, 2]
             rel = np.abs(pred - pts[:, 1]) / pts[:, 1]
-            groups = np.array([x[3] for x in bucket[which]])
             medians += [float(np.median(rel[groups == g])) for g in set(groups) - {""}]
         score = float(np.mean(medians))
         if score < best[0]:
@@ -405,9 +521,12 @@ def _fit_score_bytes(
     return best[1]
 
 
-def _fit_curve(flops: np.ndarray, target: np.ndarray, peak: float) -> dict[str, float]:
+def _fit_curve(
+    flops: np.ndarray, target: np.ndarray, peak: float, groups: np.ndarray | None = None
+) -> dict[str, float]:
     """Grid-search x0 and width; e_max closed form (median log residual, capped at
-    `E_MAX_CAP`). Minimises the median |log error|; ties go to the first."""
+    `E_MAX_CAP`). Minimises the median |log error| (with `groups`: the mean over the named
+    groups of each one's median, so that no model is given up); ties go to the first."""
     x = np.log2(flops)
     base = np.log(flops / (peak * target))  # log of eff needed = log e_max - log(1 + 2^z)
     x0s = np.arange(20.0, 46.0, 0.25)
@@ -415,7 +534,14 @@ def _fit_curve(flops: np.ndarray, target: np.ndarray, peak: float) -> dict[str, 
     z = (x0s[:, None, None] - x[None, None, :]) / widths[None, :, None]
     residual = base[None, None, :] + np.logaddexp(0.0, z * math.log(2.0))  # + log(1 + 2^z)
     log_e = np.minimum(math.log(E_MAX_CAP), np.median(residual, axis=2))
-    err = np.median(np.abs(residual - log_e[:, :, None]), axis=2)
+    dev = np.abs(residual - log_e[:, :, None])
+    if groups is None or len(set(groups) - {""}) < 2:
+        err = np.median(dev, axis=2)
+    else:
+        err = np.mean(
+            [np.median(dev[:, :, groups == g], axis=2) for g in sorted(set(groups) - {""})],
+            axis=0,
+        )
     i, j = np.unravel_index(int(np.argmin(err)), err.shape)
     return {
         "e_max": round(float(np.exp(log_e[i, j])), 5),

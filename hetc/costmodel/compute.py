@@ -7,6 +7,7 @@ Where a measured profile covers a (microbatch, TP) point, its numbers are return
     time(pass) = [overhead_s[pass]] + max(FLOP / (peak[precision] * eff(W)),
                                           bytes / memory_bandwidth)
                + scores * score_bytes[pass] / memory_bandwidth
+               + chain_elements * chain_bytes[chain][pass] / memory_bandwidth
                + all_reduces * tp_all_reduce_time(all_reduce_bytes, tp, ...)
 
 - the roofline over GEMM FLOPs and elementwise bytes, with `W` the FLOP count of that pass on
@@ -14,10 +15,15 @@ Where a measured profile covers a (microbatch, TP) point, its numbers are return
 - the unfused attention softmax chain (scale, mask, softmax, dropout and their gradients) as
   serial memory traffic: `score_bytes` effective bytes per attention-score element, one
   number per pass shared by every device;
+- the unfused elementwise chains of the layers around the blocks, serial, at `chain_bytes`
+  effective bytes per element beyond the counted bytes (global, fitted): the head's fp32
+  vocab-parallel cross-entropy per logit (m*s*V/t), the final norm and the embedding's
+  gather + position add + dropout per m*s*h element;
 - the Megatron tensor-parallel all-reduces, explicit (2 per block pass, 1 in the vocab-parallel
-  embedding forward, 1 + 3 small ones in the head): a ring over the device's intra-node link
+  embedding forward, 1 in the head backward): a ring over the device's intra-node link
   (`network.tp_all_reduce_time`) at a fitted fraction of it per TP degree, with a fitted
-  per-step latency;
+  per-step latency; the cross-entropy's 3 per-token fp32 all-reduces are latency-bound and
+  timed at the link's own latency;
 - a fixed latency on layers with no matmul (embedding gather, final norm).
 
 The optimizer update is memory-bound by nature (Adam reads and writes every parameter's
@@ -34,10 +40,9 @@ FLOPs per layer kind, for microbatch `m`, sequence `s`, TP degree `t` (each matm
 - embedding: a gather (memory traffic), plus the e->hidden projection where e != hidden.
 - norm: the final layer norm alone (memory traffic).
 
-Backward is 2x the forward FLOPs and bytes (gradients w.r.t. inputs and weights), except the
-head, whose measured backward holds only the logits GEMM's input gradient
-(`HEAD_BACKWARD_GEMMS`); with activation checkpointing the forward is recomputed, so backward
-gets one more forward.
+Backward is 2x the forward FLOPs and bytes (gradients w.r.t. inputs and weights), the head's
+logits GEMM included (`HEAD_BACKWARD_GEMMS`); with activation checkpointing the forward is
+recomputed, so backward gets one more forward.
 
 The fitted numbers are data, in `efficiency.json` beside this module, fitted on OPT-350M and
 GPT-Neo-2.7B profiles only by `bench/costmodel.py --fit`.
@@ -63,8 +68,10 @@ Pass = Literal["forward", "backward"]
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 """Bytes of one activation element per training precision."""
 
-HEAD_BACKWARD_GEMMS = 1.0
-"""Logits-GEMM FLOPs of the head's backward, in units of its forward GEMM (see the docs)."""
+HEAD_BACKWARD_GEMMS = 2.0
+"""Logits-GEMM FLOPs of the head's backward, in units of its forward GEMM: the input gradient
+and the weight gradient (see the docs: the fit set's backward ~ forward comes from the
+cross-entropy traffic, not from a missing GEMM)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,17 @@ class PassWork:
     scores: float = 0.0
     """Attention-score elements (m * heads * s * keys / tp) whose unfused scale, mask, softmax
     and dropout chain runs at memory speed, serially after the GEMMs."""
+    chain: str = ""
+    """Which fitted unfused elementwise chain this pass runs serially (`DeviceEfficiency.
+    chain_bytes`): "logits" (the head's fp32 cross-entropy), "norm" (the final norm),
+    "embedding" (gather, position add, dropout); "" for none."""
+    chain_elements: float = 0.0
+    """Elements that chain runs over on one device: logits m*s*V/t, or the m*s*h activations."""
+    small_all_reduces: int = 0
+    """Latency-bound TP all-reduces (a few bytes per token, e.g. the vocab-parallel loss's max,
+    target logit and sum(exp)); timed at the link's own latency, not the fitted TP numbers."""
+    small_all_reduce_bytes: float = 0.0
+    """Bytes of each small all-reduce."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +157,10 @@ class DeviceEfficiency:
     """TP degree -> achieved fraction of the intra-node link (`network.intra_node_link`) in a
     TP all-reduce. Degrees not listed take the nearest listed degree below (else above);
     empty means 1.0 (the link's full speed)."""
+    chain_bytes: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Chain name -> pass -> effective bytes per element (at full memory bandwidth) that the
+    unfused elementwise chain moves beyond the pass's counted `bytes`, serially. Missing
+    entries are 0 (only the counted bytes)."""
 
     def curve(self, which: Pass) -> EfficiencyCurve:
         return self.forward if which == "forward" else self.backward
@@ -176,7 +198,8 @@ def efficiency_from_mapping(data: dict[str, object]) -> DeviceEfficiency:
     latency = data.get("tp_step_latency_s", INTRA_NODE_LATENCY)
     tp_eff = data.get("tp_bandwidth_efficiency", {})
     score = data.get("score_bytes", {})
-    assert isinstance(score, dict)
+    chains = data.get("chain_bytes", {})
+    assert isinstance(score, dict) and isinstance(chains, dict)
     assert isinstance(upd, (int, float)) and isinstance(latency, (int, float))
     assert isinstance(tp_eff, dict)
     return DeviceEfficiency(
@@ -187,6 +210,10 @@ def efficiency_from_mapping(data: dict[str, object]) -> DeviceEfficiency:
         score_bytes={"forward": 0.0, "backward": 0.0, **score},
         tp_step_latency_s=float(latency),
         tp_bandwidth_efficiency={int(k): float(v) for k, v in tp_eff.items()},
+        chain_bytes={
+            str(name): {str(w): float(b) for w, b in per_pass.items()}
+            for name, per_pass in chains.items()
+        },
     )
 
 
@@ -275,18 +302,31 @@ def layer_work(
     elif kind == "head":
         gemm = 2 * tokens * e * v / t
         projection = 2 * tokens * h * e if e != h else 0.0
-        # fp16 logits written, then fp32 softmax cross-entropy: read, exp/sum, write.
-        loss_bytes = tokens * v / t * (b + 3 * 4)
+        logits = tokens * v / t
+        # Counted: fp16 logits written, then fp32 softmax cross-entropy: read, exp/sum, write.
+        # The rest of the unfused fp32 chain (cast, max, subtract, exp, sum, divide; backward:
+        # softmax - one-hot, scale, cast) is the "logits" chain, serial after the GEMM.
+        loss_bytes = logits * (b + 3 * 4)
         params = (0 if arch.tied_embeddings else v * e) / t + (h * e if e != h else 0)
         # Vocab-parallel cross-entropy all-reduces max, target logit and sum(exp): 3 x fp32
-        # per token forward; backward all-reduces the input gradient of the logits GEMM.
-        fwd = PassWork(gemm + projection, loss_bytes, 3 if sharded else 0, tokens * 4.0)
-        # Backward: the input gradient of the logits GEMM (HEAD_BACKWARD_GEMMS, see there).
+        # per token forward, latency-bound; backward all-reduces the input gradient of the
+        # logits GEMM (hidden states).
+        fwd = PassWork(
+            gemm + projection,
+            loss_bytes,
+            chain="logits",
+            chain_elements=logits,
+            small_all_reduces=3 if sharded else 0,
+            small_all_reduce_bytes=tokens * 4.0,
+        )
+        # Backward: input and weight gradients of the logits GEMM (HEAD_BACKWARD_GEMMS).
         bwd = PassWork(
             HEAD_BACKWARD_GEMMS * gemm + 2 * projection,
             loss_bytes,
             1 if sharded else 0,
             hidden_bytes,
+            chain="logits",
+            chain_elements=logits,
         )
     elif kind == "embedding":
         gathered = 2 * tokens * e * b  # read the rows, write them
@@ -301,12 +341,19 @@ def layer_work(
         if e != h:
             params += e * h
         # Vocab-parallel: every rank gathers its rows (zeros elsewhere), then one all-reduce.
-        fwd = PassWork(flops, gathered, 1 if sharded else 0, tokens * e * b)
+        fwd = PassWork(
+            flops,
+            gathered,
+            1 if sharded else 0,
+            tokens * e * b,
+            chain="embedding",
+            chain_elements=tokens * h,
+        )
         bwd = PassWork(2 * flops, 2 * gathered)
     elif kind == "norm":
         params = 2 * h if arch.norm == "layernorm" else h
-        fwd = PassWork(0.0, norm_bytes)
-        bwd = PassWork(0.0, 2 * norm_bytes)
+        fwd = PassWork(0.0, norm_bytes, chain="norm", chain_elements=tokens * h)
+        bwd = PassWork(0.0, 2 * norm_bytes, chain="norm", chain_elements=tokens * h)
     else:
         raise ValueError(f"unknown layer kind {kind!r} (embedding, block, norm or head)")
     return LayerWork(forward=fwd, backward=bwd, parameters=params)
@@ -314,17 +361,32 @@ def layer_work(
 
 def tp_time(work: PassWork, device: DeviceType, eff: DeviceEfficiency, tp: int) -> float:
     """Seconds of the pass's TP all-reduces: rings over the intra-node link at the device's
-    achieved fraction of it, with its fitted per-step latency (`network.tp_all_reduce_time`)."""
-    if work.all_reduces == 0 or tp <= 1:
+    achieved fraction of it, with its fitted per-step latency (`network.tp_all_reduce_time`);
+    the small latency-bound ones at the link's own latency and speed."""
+    if tp <= 1:
         return 0.0
-    one = tp_all_reduce_time(
-        work.all_reduce_bytes,
-        tp,
-        device,
-        latency=eff.tp_step_latency_s,
-        curve=LinkFraction(eff.tp_efficiency(tp)),
-    )
-    return work.all_reduces * one
+    total = 0.0
+    if work.all_reduces:
+        one = tp_all_reduce_time(
+            work.all_reduce_bytes,
+            tp,
+            device,
+            latency=eff.tp_step_latency_s,
+            curve=LinkFraction(eff.tp_efficiency(tp)),
+        )
+        total += work.all_reduces * one
+    if work.small_all_reduces:
+        small = tp_all_reduce_time(work.small_all_reduce_bytes, tp, device)
+        total += work.small_all_reduces * small
+    return total
+
+
+def chain_time(work: PassWork, device: DeviceType, eff: DeviceEfficiency, which: Pass) -> float:
+    """Seconds of the pass's unfused elementwise chain beyond its counted bytes (serial)."""
+    if not work.chain or work.chain_elements <= 0:
+        return 0.0
+    per_element = eff.chain_bytes.get(work.chain, {}).get(which, 0.0)
+    return work.chain_elements * per_element / device.memory_bandwidth
 
 
 def pass_time(
@@ -351,7 +413,8 @@ def pass_time(
     memory = work.bytes / device.memory_bandwidth
     overhead = eff.overhead_s.get(which, 0.0) if work.flops == 0 else 0.0
     softmax = work.scores * eff.score_bytes.get(which, 0.0) / device.memory_bandwidth
-    return overhead + max(compute, memory) + softmax + tp_time(work, device, eff, tp)
+    chain = chain_time(work, device, eff, which)
+    return overhead + max(compute, memory) + softmax + chain + tp_time(work, device, eff, tp)
 
 
 def update_time(parameters: float, device: DeviceType, eff: DeviceEfficiency) -> float:
