@@ -193,3 +193,16 @@ def test_memory_per_stage_with_and_without_checkpointing() -> None:
     assert min(stages[0].memory.total, stages[3].memory.total) > max(
         stages[1].memory.total, stages[2].memory.total
     )
+
+
+def test_framework_overhead_can_differ_per_device() -> None:
+    """A per-device overhead map changes only that device's ranks, by exactly the difference."""
+    from hetc.costmodel.memory import GIB, FrameworkOverhead
+
+    spec = _spec()
+    plan = _plan([(0, 16, [_node("v100-16gb", "a")]), (16, 32, [_node("a100-40gb", "a")])], [32])
+    default = simulate(plan, spec)
+    tuned = simulate(plan, spec, overhead={"V100-16GB": FrameworkOverhead(fixed_bytes=2 * GIB)})
+    for before, after in zip(default.ranks, tuned.ranks, strict=True):
+        extra = after.memory.total - before.memory.total
+        assert extra == pytest.approx(GIB if before.device == "V100-16GB" else 0.0)

@@ -22,7 +22,7 @@ import itertools
 import math
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from hetc.catalog import DeviceType, ModelArchitecture
@@ -112,12 +112,14 @@ def simulate(
     spec: Spec,
     *,
     profiles: Sequence[LayerProfile] = (),
-    overhead: FrameworkOverhead | None = None,
+    overhead: FrameworkOverhead | Mapping[str, FrameworkOverhead] | None = None,
 ) -> Simulation:
     """Evaluate `plan` for `spec` (the plan must be consistent: see `plan_problems`).
 
     `profiles` are measured per-layer times (see `read_spec_profiles`); a device with one uses
     its numbers exactly wherever they cover the (microbatch, TP) point, the formula elsewhere.
+    `overhead` is the framework's fixed memory per process: one for every device, or a map by
+    device name (devices it does not name get the default), since CUDA contexts differ by GPU.
     """
     context = _Context(plan, spec, {p.device: p for p in profiles})
     pipelines = [context.pipeline_times(p) for p in range(len(plan.pipelines))]
@@ -139,10 +141,20 @@ def simulate(
         cost=cost,
         cost_per_million_tokens=cost_per_million_tokens(cost, spec),
         budget=budget_to_train(cost, iteration, spec),
-        ranks=context.ranks(timeline, overhead or FrameworkOverhead()),
+        ranks=context.ranks(timeline, _overheads(overhead)),
         traffic=traffic,
         timeline=timeline,
     )
+
+
+def _overheads(
+    given: FrameworkOverhead | Mapping[str, FrameworkOverhead] | None,
+) -> Callable[[str], FrameworkOverhead]:
+    """Overhead by device name, from one value, a map, or the default."""
+    if isinstance(given, FrameworkOverhead):
+        return lambda _device: given
+    table = dict(given or {})
+    return lambda device: table.get(device, FrameworkOverhead())
 
 
 class _Context:
@@ -333,7 +345,9 @@ class _Context:
             for r in s.replicas
         )
 
-    def ranks(self, timeline: Timeline, overhead: FrameworkOverhead) -> tuple[RankReport, ...]:
+    def ranks(
+        self, timeline: Timeline, overhead: Callable[[str], FrameworkOverhead]
+    ) -> tuple[RankReport, ...]:
         reports = []
         stages = len(self.plan.stages)
         for i, s in enumerate(self.plan.stages):
@@ -351,7 +365,7 @@ class _Context:
                     dp=len(s.replicas),
                     checkpointing=self.spec.training.activation_checkpointing,
                     bucket_bytes=REDUCE_BUCKET_ELEMENTS,
-                    overhead=overhead,
+                    overhead=overhead(replica.device),
                 )
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
                 capacity = self.device(replica).memory
