@@ -88,20 +88,29 @@ class ModelArchitecture:
             found.append(("local_attention", "local layers need a window"))
         return found
 
-    def layer_parameters(self) -> int:
-        """Parameters of one transformer block (all blocks have the same shape)."""
-        h, width = self.hidden, self.heads * self.resolved_head_dim
-        kv_width = self.resolved_kv_heads * self.resolved_head_dim
+    def layer_parameters(self, tp: int = 1) -> int:
+        """Parameters of one transformer block (all blocks have the same shape) held by one of
+        `tp` tensor-parallel ranks, in Megatron's layout without sequence parallelism.
+
+        Column-parallel (split by output, bias split too): the Q/K/V projection, split by heads
+        (query and key/value heads each ceil-divided, so GQA with fewer KV heads than ranks
+        replicates them as Megatron does), and the MLP's up (and SwiGLU gate) matrix.
+        Row-parallel (split by input, bias replicated: it is added after the all-reduce): the
+        attention output projection and the MLP's down matrix. Replicated: both norms.
+        """
+        h, d = self.hidden, self.resolved_head_dim
+        q = -(-self.heads // tp) * d
+        kv = -(-self.resolved_kv_heads // tp) * d
+        f = -(-self.resolved_ffn // tp)
         qkv_bias = self.linear_bias if self.qkv_bias is None else self.qkv_bias
         norm = 2 * h if self.norm == "layernorm" else h
-        attention = h * (width + 2 * kv_width) + width * h
+        attention = h * (q + 2 * kv) + q * h
         if qkv_bias:
-            attention += width + 2 * kv_width
+            attention += q + 2 * kv
         if self.linear_bias:
             attention += h
-        f = self.resolved_ffn
-        matrices = 3 if self.mlp == "swiglu" else 2
-        mlp = matrices * h * f + ((matrices - 1) * f + h if self.linear_bias else 0)
+        up = 2 if self.mlp == "swiglu" else 1
+        mlp = up * h * f + f * h + ((up * f + h) if self.linear_bias else 0)
         return 2 * norm + attention + mlp
 
     def parameter_breakdown(self) -> dict[str, int]:

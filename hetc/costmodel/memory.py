@@ -154,29 +154,9 @@ def _shard(n: int, tp: int) -> int:
 
 
 def block_parameters_per_rank(arch: ModelArchitecture, tp: int) -> int:
-    """Parameters of one transformer block held by one TP rank (Megatron layout, no SP).
-
-    Column-parallel (split by output, bias split too): the Q/K/V projection, split by heads
-    (query heads and key/value heads each ceil-divided by `tp`, so GQA with fewer KV heads
-    than ranks replicates them as Megatron does), and the MLP's up (and SwiGLU gate) matrix.
-    Row-parallel (split by input, bias replicated because it is added after the all-reduce):
-    the attention output projection and the MLP's down matrix. Replicated: both norms.
-    With tp = 1 this equals `ModelArchitecture.layer_parameters()` (a test checks it).
-    """
-    h, d = arch.hidden, arch.resolved_head_dim
-    q = _shard(arch.heads, tp) * d
-    kv = _shard(arch.resolved_kv_heads, tp) * d
-    f = _shard(arch.resolved_ffn, tp)
-    qkv_bias = arch.linear_bias if arch.qkv_bias is None else arch.qkv_bias
-    norm = 2 * h if arch.norm == "layernorm" else h
-    attention = h * (q + 2 * kv) + q * h
-    if qkv_bias:
-        attention += q + 2 * kv
-    if arch.linear_bias:
-        attention += h
-    up = 2 if arch.mlp == "swiglu" else 1
-    mlp = up * h * f + f * h + ((up * f + h) if arch.linear_bias else 0)
-    return 2 * norm + attention + mlp
+    """Parameters of one transformer block held by one TP rank (Megatron layout, no SP): see
+    `ModelArchitecture.layer_parameters`, which owns the layout."""
+    return arch.layer_parameters(tp)
 
 
 def embedding_parameters_per_rank(arch: ModelArchitecture, tp: int) -> int:
