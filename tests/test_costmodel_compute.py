@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from hetc.costmodel.compute import (
     adam_bytes_per_parameter,
     device_efficiency,
     efficiency_table,
+    launch_bound_time,
     layer_work,
     pass_time,
     update_time,
@@ -313,3 +315,31 @@ def test_tp_efficiency_falls_back_to_nearest_degree_below() -> None:
     assert eff.tp_efficiency(8) == 0.25
     assert eff.tp_efficiency(1) == 0.5
     assert DeviceEfficiency(forward=flat, backward=flat).tp_efficiency(8) == 1.0
+
+
+def test_launch_bound_time_caps_tiny_gemms_at_the_half_efficiency_time() -> None:
+    """Below 2**x0 a pass never takes longer than the half-efficiency work does; above it the
+    logistic is untouched; and time never falls as work grows (the property the cap restores
+    for curves with width < 1, whose plain logistic explodes for tiny work)."""
+    curve = EfficiencyCurve(e_max=0.8, x0=35.5, width=0.5)
+    peak = 312e12
+    half = 2.0**35.5
+    ceiling = half / (peak * 0.4)
+    assert launch_bound_time(half, peak, curve) == pytest.approx(ceiling)
+    assert launch_bound_time(1e3, peak, curve) == pytest.approx(ceiling)
+    assert 1e3 / (peak * curve(1e3)) > 1e6 * ceiling  # what the cap prevents
+    big = 2.0**40
+    assert launch_bound_time(big, peak, curve) == big / (peak * curve(big))
+    times = [launch_bound_time(w, peak, curve) for w in 2.0 ** np.arange(10, 48, 0.25)]
+    assert all(b >= a * (1 - 1e-12) for a, b in itertools.pairwise(times))
+    assert launch_bound_time(0.0, peak, curve) == 0.0
+
+
+def test_cpu_devices_run_at_a_flat_fraction_of_peak() -> None:
+    """`kind: cpu` devices take the flat cpu_default curve: time is work / (peak x 0.5) for
+    any size, so a tiny CPU model costs microseconds, not the GPU curve's launch-bound time."""
+    eff = device_efficiency("LOCAL-CPU", kind="cpu")
+    for work in (1e3, 1e6, 1e12):
+        assert eff.forward(work) == pytest.approx(0.5, rel=1e-6)
+    gpu = device_efficiency("LOCAL-CPU")
+    assert gpu.forward(1e6) < 1e-3

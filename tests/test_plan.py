@@ -278,3 +278,12 @@ def test_generated_symmetric_plans_round_trip(
     )
     assert plan_problems(plan) == []
     assert plan_from_json(plan_to_json(plan)) == plan
+
+
+def test_reduce_bucket_never_exceeds_the_model() -> None:
+    """DeepSpeed allocates the whole bucket, so a small model gets a bucket its own size."""
+    from hetc.plan.settings import REDUCE_BUCKET_ELEMENTS, reduce_bucket_elements
+
+    assert reduce_bucket_elements(331_000_000_000) == REDUCE_BUCKET_ELEMENTS
+    assert reduce_bucket_elements(1_234) == 1_234
+    assert reduce_bucket_elements(0) == 1

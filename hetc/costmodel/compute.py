@@ -234,15 +234,16 @@ def adam_bytes_per_parameter() -> float:
 
 
 def device_efficiency(
-    device: str, overrides: dict[str, DeviceEfficiency] | None = None
+    device: str, overrides: dict[str, DeviceEfficiency] | None = None, *, kind: str = "gpu"
 ) -> DeviceEfficiency:
-    """The curve for `device`: an override, else its fitted entry, else the default entry."""
+    """The curve for `device`: an override, else its fitted entry, else the default entry
+    for its kind (`cpu` processes run flat: no launch-bound small-GEMM regime to fit)."""
     if overrides and device in overrides:
         return overrides[device]
     table = efficiency_table()
     devices = table["devices"]
     assert isinstance(devices, dict)
-    entry = devices.get(device, table["default"])
+    entry = devices.get(device, table["cpu_default" if kind == "cpu" else "default"])
     assert isinstance(entry, dict)
     return efficiency_from_mapping(entry)
 
@@ -389,6 +390,20 @@ def chain_time(work: PassWork, device: DeviceType, eff: DeviceEfficiency, which:
     return work.chain_elements * per_element / device.memory_bandwidth
 
 
+def launch_bound_time(flops: float, peak: float, curve: EfficiencyCurve) -> float:
+    """Seconds of `flops` at the curve's efficiency, and never more than the half-efficiency
+    work 2**x0 takes: a GEMM smaller than that is launch- and tile-bound, so shrinking it
+    further cannot make it slower (the logistic alone, with width < 1, would say it does,
+    without bound, for tiny layers)."""
+    if flops <= 0:
+        return 0.0
+    half = 2.0**curve.x0
+    ceiling = half / (peak * curve.e_max / 2.0)
+    return min(flops / (peak * curve(flops)), ceiling) if flops < half else flops / (
+        peak * curve(flops)
+    )
+
+
 def pass_time(
     work: PassWork,
     device: DeviceType,
@@ -409,7 +424,7 @@ def pass_time(
         raise ValueError(
             f"{device.name} has no {precision} peak (it has {sorted(device.peak_flops)})"
         )
-    compute = work.flops / (peak * eff.curve(which)(work.flops)) if work.flops > 0 else 0.0
+    compute = launch_bound_time(work.flops, peak, eff.curve(which))
     memory = work.bytes / device.memory_bandwidth
     overhead = eff.overhead_s.get(which, 0.0) if work.flops == 0 else 0.0
     softmax = work.scores * eff.score_bytes.get(which, 0.0) / device.memory_bandwidth
@@ -471,7 +486,7 @@ class ComputeModel:
         self, kinds: Sequence[LayerKind], microbatch: int, tp: int, block: int = 0
     ) -> LayerTimes:
         """The formula's times of a layer made of `kinds` (no profile consulted)."""
-        eff = self.efficiency or device_efficiency(self.device.name)
+        eff = self.efficiency or device_efficiency(self.device.name, kind=self.device.kind)
         fwd = bwd = upd = 0.0
         for kind in kinds:
             work = layer_work(

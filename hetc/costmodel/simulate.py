@@ -52,7 +52,7 @@ from hetc.costmodel.schedule import (
     simulate_1f1b,
 )
 from hetc.plan import Node, Plan, Replica
-from hetc.plan.settings import REDUCE_BUCKET_ELEMENTS
+from hetc.plan.settings import reduce_bucket_elements
 from hetc.schema.spec import LinkClass, Spec, Zone
 
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -364,7 +364,7 @@ class _Context:
                     zero_stage=self.spec.training.zero_stage,
                     dp=len(s.replicas),
                     checkpointing=self.spec.training.activation_checkpointing,
-                    bucket_bytes=REDUCE_BUCKET_ELEMENTS,
+                    bucket_bytes=reduce_bucket_elements(self.arch.parameter_count()),
                     overhead=overhead(replica.device),
                 )
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)

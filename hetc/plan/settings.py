@@ -7,3 +7,11 @@ the memory the planner reserves is the memory the job allocates.
 REDUCE_BUCKET_ELEMENTS = 500_000_000
 """DeepSpeed's `reduce_bucket_size` / `allgather_bucket_size`, in elements (DeepSpeed's own
 default): the ZeRO gradient-reduction bucket the emitter writes and `costmodel.memory` counts."""
+
+
+def reduce_bucket_elements(model_parameters: int) -> int:
+    """The bucket size to write for a model: DeepSpeed's default, but never more than the
+    model has parameters. DeepSpeed allocates the whole bucket (`torch.empty(reduce_bucket_size)`)
+    whatever the model's size, so a 5e8-element default would cost a small model gigabytes
+    it can never fill (2 GB for the bundled CPU example)."""
+    return max(1, min(REDUCE_BUCKET_ELEMENTS, model_parameters))
