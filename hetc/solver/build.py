@@ -1,0 +1,146 @@
+"""Turn a scored candidate (shape + replica counts) into a Plan: nodes, placement, pipelines,
+batch shares.
+
+Three rules, each chosen so the plan is never slower than the planner's estimate says:
+
+- Placement: each pool's replicas are laid on its nodes largest TP first, then by stage. TP
+  degrees are powers of two dividing the node's device count, so sequential placement never
+  splits a replica across nodes and fills every node but the last: the node count is exactly
+  ceil(devices / gpus_per_node), as the planning model charges.
+- Pairing: pipeline k runs the k-th fastest replica of every stage (ties by kind, then by
+  position). Pairing fast with fast makes some pipelines faster than the model's all-slowest
+  bound instead of making every pipeline as slow as its slowest member.
+- Shares: every pipeline gets at least one microbatch; the rest go one at a time to the
+  pipeline that would finish earliest with it, its finish time being F_p + (m_p - 1) S_p
+  (the closed form's per-pipeline fill and straggler period). Each pipeline's finish time
+  grows with its count, so this greedy minimises the slowest pipeline's finish time exactly,
+  and the shares add up to the global batch.
+
+A stage's replicas are listed grouped by kind (kinds are numbered pool by pool, zones in spec
+order), so the data-parallel ring visits each zone's replicas together.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from itertools import pairwise
+
+from hetc import __version__
+from hetc.costmodel.planning import Assignment, PlanningModel, Shape
+from hetc.plan import Node, Pipeline, Plan, Replica, Stage
+
+__all__ = ["batch_shares", "build_plan"]
+
+
+def batch_shares(fill: list[float], period: list[float], microbatches: int) -> list[int]:
+    """Integer microbatch counts, each >= 1 and summing to `microbatches`, that minimise
+    max_p fill[p] + (count[p] - 1) * period[p]; ties go to the lower pipeline index."""
+    pipelines = len(fill)
+    if microbatches < pipelines:
+        raise ValueError(f"{microbatches} microbatches cannot feed {pipelines} pipelines")
+    counts = [1] * pipelines
+    heap = [(fill[p] + period[p], p) for p in range(pipelines)]
+    heapq.heapify(heap)
+    for _ in range(microbatches - pipelines):
+        _, p = heapq.heappop(heap)
+        counts[p] += 1
+        heapq.heappush(heap, (fill[p] + counts[p] * period[p], p))
+    return counts
+
+
+def build_plan(
+    model: PlanningModel, shape: Shape, assignment: Assignment, *, spec_hash: str
+) -> Plan:
+    """The Plan for one candidate (which must be consistent: counts add up to D per stage)."""
+    kinds = model.kinds
+    by_pool: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
+    order = 0
+    for stage, counts in enumerate(assignment):
+        for kind, count in counts:
+            for _ in range(count):
+                by_pool[kinds[kind].pool].append((-kinds[kind].tp, stage, order, kind))
+                order += 1
+    nodes: list[Node] = []
+    placed: dict[int, Replica] = {}
+    for slot in model.pools:
+        items = sorted(by_pool.get(slot.index, []))
+        gpn = slot.pool.gpus_per_node
+        used = sum(-neg_tp for neg_tp, *_ in items)
+        ids = [f"{slot.pool.name}@{slot.zone.name}/n{k}" for k in range(-(-used // gpn))]
+        nodes += [
+            Node(
+                id=node_id,
+                zone=slot.zone.name,
+                region=slot.zone.region,
+                pool=slot.pool.name,
+                device=slot.pool.device,
+                devices=gpn,
+            )
+            for node_id in ids
+        ]
+        position = 0
+        for neg_tp, _stage, key, _kind in items:
+            tp = -neg_tp
+            node, local = divmod(position, gpn)
+            placed[key] = Replica(
+                device=slot.pool.device,
+                tp=tp,
+                node=ids[node],
+                local_ranks=tuple(range(local, local + tp)),
+            )
+            position += tp
+    stages, rank_orders = [], []
+    order = 0
+    for stage, counts in enumerate(assignment):
+        first, end = model.layer_range(shape, stage)
+        replicas: list[Replica] = []
+        speed: list[tuple[float, int, int]] = []
+        for kind, count in counts:
+            fb = model.stage_time(kind, shape.microbatch, first, end)[0]
+            for _ in range(count):
+                speed.append((fb, kind, len(replicas)))
+                replicas.append(placed[order])
+                order += 1
+        stages.append(
+            Stage(
+                first_block=shape.boundaries[stage],
+                end_block=shape.boundaries[stage + 1],
+                replicas=tuple(replicas),
+            )
+        )
+        rank_orders.append([(index, kind, fb) for fb, kind, index in sorted(speed)])
+    pipelines = _pipelines(model, shape, rank_orders)
+    return Plan(
+        spec_hash=spec_hash,
+        hetc_version=__version__,
+        model_blocks=model.blocks,
+        global_batch_size=model.batch,
+        microbatch_size=shape.microbatch,
+        nodes=tuple(nodes),
+        stages=tuple(stages),
+        pipelines=pipelines,
+    )
+
+
+def _pipelines(
+    model: PlanningModel, shape: Shape, rank_orders: list[list[tuple[int, int, float]]]
+) -> tuple[Pipeline, ...]:
+    """Pipeline k takes the k-th fastest replica of each stage; shares by `batch_shares`."""
+    fills, periods, paths = [], [], []
+    for k in range(shape.pipelines):
+        visits = [order[k] for order in rank_orders]
+        times = [fb for _, _, fb in visits]
+        sends = [
+            model.send(model.kinds[a].pool, model.kinds[b].pool, shape.microbatch)
+            for (_, a, _), (_, b, _) in pairwise(visits)
+        ]
+        padded = [0.0, *sends, 0.0]
+        fills.append(sum(times) + 2 * sum(sends))
+        periods.append(max(t + padded[i] + padded[i + 1] for i, t in enumerate(times)))
+        paths.append(tuple(index for index, _, _ in visits))
+    counts = batch_shares(fills, periods, model.batch // shape.microbatch)
+    return tuple(
+        Pipeline(replicas=path, microbatches=count)
+        for path, count in zip(paths, counts, strict=True)
+    )

@@ -1,0 +1,669 @@
+"""The planner's search: the best candidate (shape + replica counts) under the spec's
+objective and constraints, by branch and bound over the planning model.
+
+What is searched, for every microbatch size m (divisors of the global batch up to 16),
+pipeline degree P, data-parallel degree D and split of the blocks into P contiguous stages:
+for each stage, the set of replica kinds (pool x TP) it uses and how many of its D replicas
+each kind runs. `planning.PlanningModel.estimate` defines the score.
+
+Why it is exact (with every approximation off), step by step:
+
+1. Shapes (m, P, D) are visited in order of a lower bound on the objective: iteration time
+   >= F_lb + (m - 1) S_lb, where F_lb sums over the layer sequence each layer's fastest time
+   on any kind and S_lb = max(F_lb / P, the slowest layer's fastest time). Cost >= that time
+   x D x P x the cheapest replica's USD/s. Once the bound reaches the k-th best objective
+   found, no later shape can enter the top k.
+2. Within a shape, stages are chosen first to last (end block and kind set together), with
+   the same bound on what remains; a partial candidate whose bound reaches the k-th best is
+   dropped. Every term of the model is a sum or a maximum of non-negative parts, so adding
+   stages never lowers a partial bound: pruning never drops a better completion.
+3. Time depends on the kind sets alone (the module docstring of `planning`), money on node
+   counts: at a leaf, an exact dynamic programme over the stages that mix kinds finds the
+   counts with the least rental rate inside every quota and max_gpus.
+4. A kind that runs out of memory in a stage (H2) is never used there; TP stays within a node
+   (H1). Both are facts of the model, not approximations.
+
+Declared approximations (`APPROXIMATIONS`; on by default only where they measurably pay,
+see bench/planner.py): `dp-order` (Sailor's H3/H4: D from large to small for throughput,
+small to large for cost, stopping when the objective stops improving), `one-region-stage`
+(H5: a stage's replicas in one region), `two-kinds` (a stage mixes at most two kinds).
+
+Ties are broken by the documented order in `Candidate.key`: objective, then the other
+metric, rented devices, P, D, microbatch size, boundaries, then the assignment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
+
+__all__ = [
+    "APPROXIMATIONS",
+    "Candidate",
+    "SearchOptions",
+    "SearchResult",
+    "search",
+]
+
+APPROXIMATIONS = {
+    "dp-order": "H3/H4: D in one direction, stopping once the objective stops improving",
+    "one-region-stage": "H5: each stage's replicas within one region",
+    "two-kinds": "a stage mixes at most two replica kinds",
+    "balanced-split": "each stage ends where its share of the remaining work at its speed does",
+}
+
+Progress = Callable[[int, float, "Candidate | None"], None]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    """One scored candidate: shape, counts and the planning model's estimate."""
+
+    shape: Shape
+    assignment: Assignment
+    estimate: Estimate
+    objective: str
+
+    @property
+    def value(self) -> float:
+        """The objective: seconds per iteration, or USD per iteration."""
+        e = self.estimate
+        return e.iteration_time if self.objective == "max_throughput" else e.cost
+
+    def key(self) -> tuple[object, ...]:
+        e, s = self.estimate, self.shape
+        other = e.cost if self.objective == "max_throughput" else e.iteration_time
+        return (
+            self.value,
+            other,
+            e.devices,
+            s.stages,
+            s.pipelines,
+            s.microbatch,
+            s.boundaries,
+            self.assignment,
+        )
+
+    def signature(self, model: PlanningModel) -> tuple[object, ...]:
+        """What makes two candidates different in shape (top-k lists distinct signatures)."""
+        devices = tuple(
+            tuple(sorted({model.kinds[k].device for k, _ in stage})) for stage in self.assignment
+        )
+        return (self.shape.stages, self.shape.pipelines, self.shape.microbatch, devices)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchOptions:
+    top: int = 1
+    """How many candidates of distinct signature to return."""
+    approximations: frozenset[str] = frozenset()
+    eval_limit: int | None = None
+    """Stop after this many scored leaves (deterministic)."""
+    time_limit: float | None = None
+    """Stop after this many seconds (the result is then the best found so far)."""
+    progress: Progress | None = None
+    progress_every: float = 0.2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchResult:
+    candidates: tuple[Candidate, ...]
+    """Best first; empty when nothing is feasible."""
+    evaluations: int
+    complete: bool
+    """False when a time or evaluation limit stopped the search early."""
+    seconds: float
+    stop_reason: str = ""
+    best_infeasible: tuple[Candidate, ...] = field(default=())
+    """Nothing here: filled by the diagnosis, not the search."""
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Search:
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        self.model = model
+        self.options = options
+        self.objective = model.spec.objective
+        constraints = model.spec.constraints
+        self.budget = constraints.max_cost_per_iteration
+        self.time_cap = 1.0 / constraints.min_throughput if constraints.min_throughput else None
+        self.capacity = [slot.pool.max_nodes * slot.pool.gpus_per_node for slot in model.pools]
+        total = sum(self.capacity)
+        if constraints.max_gpus is not None:
+            total = min(total, constraints.max_gpus)
+        self.total_devices = total
+        self.best: dict[tuple[object, ...], Candidate] = {}
+        self.ranked: list[Candidate] = []
+        self.evaluations = 0
+        self.started = time.perf_counter()
+        self.last_report = self.started
+        self.approx = options.approximations
+        self._layer_best: dict[tuple[int, int], list[float]] = {}
+        self._sigma_order: dict[int, list[int]] = {}
+        self._sync_bound: dict[tuple[int, int], float] = {}
+        self._work: dict[int, tuple[list[float], list[float]]] = {}
+        self._combo_info: dict[
+            tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]
+        ] = {}
+        self._cheapest = min((slot.pool.price for slot in model.pools), default=0.0)
+        """USD per device-second of the cheapest pool: rate >= devices x this."""
+        self._min_tp = min((k.tp for k in model.kinds), default=1)
+        self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
+        self._balanced: dict[tuple[int, tuple[int, ...], int, int], range] = {}
+
+    # -- bounds ---------------------------------------------------------------------------
+
+    def layer_best(self, mbs: int, max_tp: int) -> list[float]:
+        """Prefix sums over the layer sequence of each layer's fastest time on any kind of TP
+        at most `max_tp` (the largest a shape can afford in even one stage)."""
+        key = (mbs, max_tp)
+        if key not in self._layer_best:
+            model = self.model
+            kinds = [k for k in model.kinds if k.tp <= max_tp] or list(model.kinds)
+            prefix = [0.0]
+            for i in range(model.blocks + 2):
+                prefix.append(
+                    prefix[-1] + min(model.stage_time(k.index, mbs, i, i + 1)[0] for k in kinds)
+                )
+            self._layer_best[key] = prefix
+        return self._layer_best[key]
+
+    def device_work(self, mbs: int) -> tuple[list[float], list[float]]:
+        """Prefix sums of each layer's least device-seconds (TP x time) on any kind, and each
+        pool's speed factor sigma_p <= (least device-seconds) / (the pool's device-seconds)
+        over every layer.
+
+        Device-time conservation: a replica of TP tau on pool p running layers R for at most
+        the straggler period S does tau x S >= its device-seconds >= W(R) / sigma_p, so summing
+        over all D replicas of every stage, S x sum_p sigma_p x devices_p >= D x W(model):
+        S >= D x W / G_eff with G_eff the sigma-weighted devices, best pools first. Slow
+        devices count for what they can do."""
+        if mbs not in self._work:
+            model = self.model
+            n = model.blocks + 2
+            per_pool = [
+                [
+                    min(
+                        (
+                            k.tp * model.stage_time(k.index, mbs, i, i + 1)[0]
+                            for k in model.kinds
+                            if k.pool == slot.index
+                        ),
+                        default=float("inf"),
+                    )
+                    for i in range(n)
+                ]
+                for slot in model.pools
+            ]
+            least = [min(pool[i] for pool in per_pool) for i in range(n)]
+            prefix = [0.0]
+            for value in least:
+                prefix.append(prefix[-1] + value)
+            sigma = [
+                min((least[i] / pool[i] if pool[i] > 0 else 1.0) for i in range(n))
+                for pool in per_pool
+            ]
+            self._work[mbs] = (prefix, sigma)
+        return self._work[mbs]
+
+    def effective_devices(self, mbs: int, used: Sequence[int], extra: int = 0) -> float:
+        """G_eff still free: sigma-weighted devices beyond `used` per pool (and `extra`
+        devices placed somewhere, taken from the fastest pools to stay a bound), fastest pools
+        first, at most max_gpus devices in all."""
+        _, sigma = self.device_work(mbs)
+        order = self._sigma_order.get(mbs)
+        if order is None:
+            order = sorted(range(len(sigma)), key=lambda i: -sigma[i])
+            self._sigma_order[mbs] = order
+        left = self.total_devices - sum(used) - extra
+        skip = extra
+        total = 0.0
+        for i in order:
+            free = self.capacity[i] - used[i]
+            if skip:
+                taken = min(free, skip)
+                skip -= taken
+                free -= taken
+            take = free if free < left else left
+            if take > 0:
+                total += sigma[i] * take
+                left -= take
+            if left <= 0:
+                break
+        return total
+
+    def affordable_tp(self, stages: int, dp: int) -> int:
+        """The largest TP one stage can use when every other stage takes the fewest devices."""
+        return (self.total_devices - (stages - 1) * dp * self._min_tp) // dp
+
+    def sync_bound(self, stages: int, dp: int) -> float:
+        """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P: the ring
+        time is affine in bytes with a non-negative intercept, and the largest stage holds at
+        least 1/P of the gradients."""
+        if dp < 2:
+            return 0.0
+        key = (stages, dp)
+        if key not in self._sync_bound:
+            model = self.model
+            whole = (0, model.blocks, True, True)
+            kinds = range(len(model.kinds))
+            self._sync_bound[key] = (
+                min(model.ring(a, b, whole, dp) for a in kinds for b in kinds) / stages
+            )
+        return self._sync_bound[key]
+
+    def bound(self) -> float:
+        """The objective value a candidate must beat (or tie) to enter the top k."""
+        if len(self.ranked) < self.options.top:
+            return float("inf")
+        return self.ranked[-1].value
+
+    def shape_bound(self, mbs: int, stages: int, dp: int) -> float:
+        prefix = self.layer_best(mbs, self.affordable_tp(stages, dp))
+        fill = prefix[-1]
+        worst_layer = max(prefix[i + 1] - prefix[i] for i in range(len(prefix) - 1))
+        work = self.device_work(mbs)[0][-1]
+        free = self.effective_devices(mbs, [0] * len(self.capacity))
+        straggler = max(fill / stages, worst_layer, work * dp / free if free > 0 else 0.0)
+        m = -(-(self.model.batch // mbs) // dp)
+        t = fill + (m - 1) * straggler + self.sync_bound(stages, dp)
+        return self.objective_bound(t, dp * stages * self._min_tp * self._cheapest)
+
+    def objective_bound(self, t: float, rate: float) -> float:
+        if self.objective == "max_throughput":
+            return t
+        return t * rate
+
+    def violates(self, t: float, rate: float, egress: float = 0.0) -> bool:
+        """A lower bound already breaks the budget or the throughput floor."""
+        if self.time_cap is not None and t > self.time_cap:
+            return True
+        return self.budget is not None and t * rate + egress > self.budget
+
+    # -- the search -----------------------------------------------------------------------
+
+    def run(self) -> SearchResult:
+        model = self.model
+        shapes = []
+        for mbs in model.microbatch_sizes():
+            total = model.batch // mbs
+            for stages in range(1, model.blocks + 1):
+                for dp in range(1, total + 1):
+                    if dp * stages * self._min_tp > self.total_devices:
+                        break
+                    shapes.append((self.shape_bound(mbs, stages, dp), mbs, stages, dp))
+        shapes.sort()
+        stop = ""
+        try:
+            if "dp-order" in self.approx:
+                self._dp_ordered(shapes)
+            else:
+                for lb, mbs, stages, dp in shapes:
+                    if lb > self.bound():
+                        break
+                    self.shape(mbs, stages, dp)
+        except _Stop as why:
+            stop = str(why)
+        return SearchResult(
+            candidates=tuple(self.ranked),
+            evaluations=self.evaluations,
+            complete=not stop,
+            seconds=time.perf_counter() - self.started,
+            stop_reason=stop,
+        )
+
+    def _dp_ordered(self, shapes: list[tuple[float, int, int, int]]) -> None:
+        """H3/H4: per (m, P), D descending (throughput) or ascending (cost) until no gain."""
+        groups: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        for lb, mbs, stages, dp in shapes:
+            groups.setdefault((mbs, stages), []).append((lb, dp))
+        order = sorted(groups, key=lambda g: min(lb for lb, _ in groups[g]))
+        descending = self.objective == "max_throughput"
+        for mbs, stages in order:
+            entries = sorted(groups[mbs, stages], key=lambda e: e[1], reverse=descending)
+            previous = float("inf")
+            for lb, dp in entries:
+                if lb > self.bound():
+                    continue
+                found = self.shape(mbs, stages, dp)
+                if found is None:
+                    continue
+                if found >= previous:
+                    break
+                previous = found
+
+    def shape(self, mbs: int, stages: int, dp: int) -> float | None:
+        """Search one (m, P, D); returns the best objective found in it, or None."""
+        self._shape_best: float | None = None
+        self._memo: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
+        state = _Partial(
+            stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
+        )
+        self.stage(state, 0, 0)
+        return self._shape_best
+
+    def kind_sets(
+        self, mbs: int, dp: int, flight: int, first: int, end: int
+    ) -> list[tuple[float, tuple[int, ...]]]:
+        """(time, kinds) for every set of kinds layers [first, end) may use, fastest first:
+        kinds that fit in memory, one TP degree unless the capability matrix allows mixing."""
+        key = (mbs, dp, flight, first, end)
+        cached = self._sets.get(key)
+        if cached is not None:
+            return cached
+        model = self.model
+        fitting = [k.index for k in model.kinds if model.fits(k.index, mbs, first, end, dp, flight)]
+        limit = min(dp, 2 if "two-kinds" in self.approx else len(fitting))
+        groups: list[list[int]] = []
+        if model.mixed_tp_allowed:
+            groups = [fitting]
+        else:
+            by_tp: dict[int, list[int]] = {}
+            for k in fitting:
+                by_tp.setdefault(model.kinds[k].tp, []).append(k)
+            groups = list(by_tp.values())
+        sets: list[tuple[float, tuple[int, ...]]] = []
+        for group in groups:
+            for size in range(1, min(limit, len(group)) + 1):
+                for combo in combinations(group, size):
+                    if "one-region-stage" in self.approx and not self._one_region(combo):
+                        continue
+                    t = max(model.stage_time(k, mbs, first, end)[0] for k in combo)
+                    sets.append((t, combo))
+        sets.sort()
+        self._sets[key] = sets
+        return sets
+
+    def _one_region(self, combo: Iterable[int]) -> bool:
+        model = self.model
+        return len({model.pools[model.kinds[k].pool].zone.region for k in combo}) == 1
+
+    def balanced_ends(
+        self, mbs: int, combo: tuple[int, ...], start: int, stages_left: int
+    ) -> range:
+        """`balanced-split`: the ends that give this stage its fair share of what remains at
+        this set's speed (the last end under the share, and one more block)."""
+        key = (mbs, combo, start, stages_left)
+        if key in self._balanced:
+            return self._balanced[key]
+        model = self.model
+        first = 0 if start == 0 else start + 1
+        whole = max(model.stage_time(k, mbs, first, model.blocks + 2)[0] for k in combo)
+        target = whole / stages_left
+        lo, hi = start + 1, model.blocks - stages_left + 1
+        end = lo
+        while (
+            end < hi and max(model.stage_time(k, mbs, first, end + 2)[0] for k in combo) <= target
+        ):
+            end += 1
+        self._balanced[key] = range(end, min(end + 2, hi + 1))
+        return self._balanced[key]
+
+    def combo_info(
+        self, combo: tuple[int, ...], dp: int
+    ) -> tuple[tuple[tuple[int, int], ...], int]:
+        """(devices the stage adds per pool at least, devices beyond those it needs somewhere):
+        a one-kind stage takes D x TP on its pool; a mixed stage one replica per kind, and its
+        other D - |set| replicas at least the smallest TP each, on a pool chosen at the leaf."""
+        key = (combo, dp)
+        info = self._combo_info.get(key)
+        if info is None:
+            kinds = self.model.kinds
+            if len(combo) == 1:
+                kind = kinds[combo[0]]
+                info = (((kind.pool, dp * kind.tp),), 0)
+            else:
+                adds: dict[int, int] = {}
+                for k in combo:
+                    adds[kinds[k].pool] = adds.get(kinds[k].pool, 0) + kinds[k].tp
+                info = (tuple(adds.items()), (dp - len(combo)) * min(kinds[k].tp for k in combo))
+            self._combo_info[key] = info
+        return info
+
+    def stage(self, state: _Partial, index: int, start: int) -> None:
+        """Choose stage `index` (its end block and kind set) after `state`, then recurse."""
+        model = self.model
+        self._check_limits()
+        stages, mbs, dp = state.stages, state.mbs, state.dp
+        remaining = stages - index - 1
+        prefix = self.layer_best(mbs, self.affordable_tp(stages, dp))
+        sync_lb = self.sync_bound(stages, dp)
+        m1 = -(-(model.batch // mbs) // dp) - 1
+        last = index == stages - 1
+        flight = max(1, min(stages - index, m1 + 1))
+        first_layer = 0 if index == 0 else start + 1
+        ends = [model.blocks] if last else range(start + 1, model.blocks - remaining + 1)
+        balanced = "balanced-split" in self.approx and not last
+        rest_devices = remaining * dp * self._min_tp
+        work = self.device_work(mbs)[0]
+        throughput = self.objective == "max_throughput"
+        capacity = self.capacity
+        previous = state.sets[-1] if index else ()
+        for end in ends:
+            end_layer = end + 2 if last else end + 1
+            rest_fill = prefix[-1] - prefix[end_layer]
+            rest_straggler = rest_fill / remaining if remaining else 0.0
+            rest_work = (work[-1] - work[end_layer]) * dp
+            key = (start, end, index == 0, last)
+            for t, combo in self.kind_sets(mbs, dp, flight, first_layer, end_layer):
+                if balanced and end not in self.balanced_ends(mbs, combo, start, remaining + 1):
+                    continue
+                send = model.send_between(previous, combo, mbs) if index else 0.0
+                fill = state.fill + t + 2 * send
+                straggler = max(state.straggler, state.pending + send)
+                pending = t + send
+                lb_t = (
+                    fill
+                    + rest_fill
+                    + m1 * max(straggler, pending, rest_straggler)
+                    + max(state.sync, sync_lb)
+                )
+                bound = self.bound()
+                if (throughput and lb_t > bound) or (
+                    self.time_cap is not None and lb_t > self.time_cap
+                ):
+                    continue
+                adds, spread = self.combo_info(combo, dp)
+                forced = list(state.forced)
+                over = False
+                for pool, amount in adds:
+                    forced[pool] += amount
+                    if forced[pool] > capacity[pool]:
+                        over = True
+                if over:
+                    continue
+                extra = state.extra + spread
+                devices = sum(forced) + extra
+                if devices + rest_devices > self.total_devices:
+                    continue
+                if remaining:
+                    free = self.effective_devices(mbs, forced, extra)
+                    if free <= 0:
+                        continue
+                    slow = rest_work / free
+                    if slow > rest_straggler:
+                        lb_t += m1 * max(0.0, slow - max(straggler, pending, rest_straggler))
+                        if throughput and lb_t > bound:
+                            continue
+                stage_sync = model.stage_sync(combo, key, dp, mbs, first_layer, end_layer)
+                sync = max(state.sync, stage_sync)
+                egress = state.egress + model.ring_egress(combo, key, dp)
+                if index:
+                    egress += model.boundary_egress(previous, combo, mbs)
+                if last and stages > 1:
+                    tied = model.tied_time(state.sets[0], combo)
+                    sync = max(sync, state.first_sync + tied, stage_sync + tied)
+                    egress += model.tied_egress(state.sets[0], combo, dp)
+                lb_t += max(sync, sync_lb) - max(state.sync, sync_lb)
+                rate = (devices + rest_devices) * self._cheapest
+                if throughput:
+                    if lb_t > bound:
+                        continue
+                elif lb_t * rate + egress > bound:
+                    continue
+                if self.violates(lb_t, rate, egress):
+                    continue
+                first_sync = stage_sync if index == 0 else state.first_sync
+                mixed = state.mixed if len(combo) == 1 else tuple(sorted((*state.mixed, combo)))
+                memo_key = (index, end, combo, state.sets[0] if index else combo, mixed)
+                values = (fill, straggler, pending, sync, egress, first_sync, extra, *forced)
+                if self._dominated(memo_key, values):
+                    continue
+                child = _Partial(
+                    stages=stages,
+                    mbs=mbs,
+                    dp=dp,
+                    boundaries=(*state.boundaries, end),
+                    sets=(*state.sets, combo),
+                    fill=fill,
+                    straggler=straggler,
+                    pending=pending,
+                    sync=sync,
+                    first_sync=first_sync,
+                    egress=egress,
+                    forced=tuple(forced),
+                    extra=extra,
+                    mixed=mixed,
+                )
+                if last:
+                    self.leaf(child)
+                else:
+                    self.stage(child, index + 1, end)
+
+    def _dominated(self, key: tuple[object, ...], values: tuple[float, ...]) -> bool:
+        """Whether a partial with the same future (stage, end, neighbouring sets, resources)
+        and no worse in every term was already expanded; records `values` if not."""
+        held = self._memo.setdefault(key, [])
+        for other in held:
+            if all(o <= v for o, v in zip(other, values, strict=True)):
+                return True
+        held[:] = [o for o in held if not all(v <= x for v, x in zip(values, o, strict=True))]
+        held.append(values)
+        return False
+
+    def leaf(self, state: _Partial) -> None:
+        model = self.model
+        self.evaluations += 1
+        self._check_limits()
+        shape = Shape(microbatch=state.mbs, boundaries=state.boundaries, pipelines=state.dp)
+        counts = self.cheapest_counts(state.sets, state.dp)
+        if counts is None:
+            return
+        estimate = model.estimate(shape, counts)
+        if not estimate.feasible:
+            return
+        candidate = Candidate(
+            shape=shape, assignment=counts, estimate=estimate, objective=self.objective
+        )
+        value = candidate.value
+        if self._shape_best is None or value < self._shape_best:
+            self._shape_best = value
+        self.offer(candidate)
+
+    def offer(self, candidate: Candidate) -> None:
+        signature = candidate.signature(self.model)
+        held = self.best.get(signature)
+        if held is not None and held.key() <= candidate.key():
+            return
+        self.best[signature] = candidate
+        ranked = sorted(self.best.values(), key=Candidate.key)
+        self.ranked = ranked[: self.options.top]
+        self.best = {c.signature(self.model): c for c in self.ranked}
+
+    def cheapest_counts(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
+        """Replica counts for the kind sets with the least rental rate inside every quota and
+        max_gpus, or None if none fit. Exact: a dynamic programme over device counts per pool,
+        one stage at a time, keeping the first way to reach each count vector."""
+        model = self.model
+        pools = len(model.pools)
+        states: dict[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]] = {(0,) * pools: ()}
+        for combo in sets:
+            options = list(_splits(dp, len(combo)))
+            nxt: dict[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]] = {}
+            for used, chosen in states.items():
+                for split in options:
+                    vector = list(used)
+                    for k, count in zip(combo, split, strict=True):
+                        kind = model.kinds[k]
+                        vector[kind.pool] += count * kind.tp
+                    if any(v > c for v, c in zip(vector, self.capacity, strict=True)):
+                        continue
+                    key = tuple(vector)
+                    if key not in nxt:
+                        nxt[key] = (*chosen, tuple(zip(combo, split, strict=True)))
+            states = nxt
+            if not states:
+                return None
+        best: tuple[float, tuple[int, ...]] | None = None
+        limit = model.spec.constraints.max_gpus
+        for reached in states:
+            nodes = tuple(
+                -(-v // slot.pool.gpus_per_node)
+                for v, slot in zip(reached, model.pools, strict=True)
+            )
+            if limit is not None and model.rented_devices(nodes) > limit:
+                continue
+            rate = model.rental_rate(nodes)
+            if best is None or (rate, reached) < best:
+                best = (rate, reached)
+        return None if best is None else states[best[1]]
+
+    def _check_limits(self) -> None:
+        options = self.options
+        if options.eval_limit is not None and self.evaluations > options.eval_limit:
+            raise _Stop(f"evaluation limit {options.eval_limit} reached")
+        now = time.perf_counter()
+        if options.time_limit is not None and now - self.started > options.time_limit:
+            raise _Stop(f"time limit {options.time_limit:g} s reached")
+        if options.progress is not None and now - self.last_report >= options.progress_every:
+            self.last_report = now
+            options.progress(self.evaluations, now - self.started, next(iter(self.ranked), None))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Partial:
+    """A prefix of stages: what the rest of the search needs to know of it."""
+
+    stages: int
+    mbs: int
+    dp: int
+    boundaries: tuple[int, ...] = ()
+    sets: tuple[tuple[int, ...], ...] = ()
+    fill: float = 0.0
+    straggler: float = 0.0
+    """Largest period among stages whose both sends are known."""
+    pending: float = 0.0
+    """The last stage's t + its incoming send (its outgoing send is not chosen yet)."""
+    sync: float = 0.0
+    first_sync: float = 0.0
+    """Stage 0's y + u before the tied embedding (added once the last stage is known)."""
+    egress: float = 0.0
+    forced: tuple[int, ...] = ()
+    """Devices per pool the prefix needs at least: all of a one-kind stage, one replica per
+    kind of a mixed stage."""
+    extra: int = 0
+    """Devices the mixed stages need beyond `forced`, on pools chosen at the leaf."""
+    mixed: tuple[tuple[int, ...], ...] = ()
+    """The mixed stages' kind sets, sorted: with `forced`, they fix which counts are possible."""
+
+
+def _splits(total: int, parts: int) -> Iterable[tuple[int, ...]]:
+    """Every way to write `total` as `parts` positive integers, in lexicographic order."""
+    if parts == 1:
+        yield (total,)
+        return
+    for first in range(1, total - parts + 2):
+        for rest in _splits(total - first, parts - 1):
+            yield (first, *rest)
+
+
+def search(model: PlanningModel, options: SearchOptions | None = None) -> SearchResult:
+    """The best `options.top` candidates of distinct signature (see the module docstring)."""
+    return _Search(model, options or SearchOptions()).run()
