@@ -1,8 +1,9 @@
 """The `hetc` command line. The YAML spec is the interface; the CLI only says what to do with it.
 
-Exit codes: 0 success, 1 the input is invalid, 2 wrong command-line usage, 3 internal error
-(a bug in hetc: one line and the path of a saved traceback), 4 environment (a file could not be
-read or written; a "To fix:" line follows).
+Exit codes: 0 success, 1 the input is invalid, 2 wrong command-line usage, 3 the spec is valid
+but infeasible (a diagnosis follows), 4 environment (a file could not be read or written; a
+"To fix:" line follows), 70 internal error (a bug in hetc: one line and the path of a saved
+traceback).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import typer
 
 from hetc import __version__
 
-EXIT_INVALID, EXIT_INTERNAL, EXIT_ENVIRONMENT = 1, 3, 4
+EXIT_INVALID, EXIT_INFEASIBLE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 1, 3, 4, 70
 
 app = typer.Typer(
     add_completion=False,
@@ -177,6 +178,76 @@ def simulate(
     typer.echo(
         json.dumps(simulation_json(result), indent=2) if as_json else simulation_text(result)
     )
+
+
+@app.command("plan")
+@_guarded
+def plan_command(
+    spec: Annotated[Path, typer.Argument(help="The spec to plan.")],
+    top: Annotated[int, typer.Option("--top", min=1, help="Plans to show, best first.")] = 3,
+    as_json: JsonFlag = False,
+    explain: Annotated[
+        bool, typer.Option("--explain", help="For each unused pool, the best plan that uses it.")
+    ] = False,
+    exact: Annotated[
+        bool, typer.Option("--exact", help="No approximations, whatever the cluster size.")
+    ] = False,
+    approximations: Annotated[
+        str | None,
+        typer.Option(
+            "--approximations",
+            help="Comma-separated approximations to use (see docs/planner.md); '' for none.",
+        ),
+    ] = None,
+    time_limit: Annotated[
+        float | None,
+        typer.Option("--time-limit", min=0.0, help="Seconds; then the best plan so far."),
+    ] = None,
+    eval_limit: Annotated[
+        int | None,
+        typer.Option("--eval-limit", min=1, help="Scored candidates; deterministic cut-off."),
+    ] = None,
+    solver: Annotated[
+        str, typer.Option("--solver", help="`search` (default) or `cp-sat` (cross-check).")
+    ] = "search",
+) -> None:
+    """Choose the devices to rent and how to parallelise over them; print the best plans."""
+    from hetc.solver.report import run_plan_command
+
+    checked = _checked_spec(spec)
+    if solver not in ("search", "cp-sat"):
+        raise typer.BadParameter("use `search` or `cp-sat`", param_hint="--solver")
+    chosen: frozenset[str] | None = None
+    if exact:
+        chosen = frozenset()
+    elif approximations is not None:
+        chosen = frozenset(a.strip() for a in approximations.split(",") if a.strip())
+    code = run_plan_command(
+        checked,
+        str(spec.parent),
+        top=top,
+        as_json=as_json,
+        explain=explain,
+        approximations=chosen,
+        time_limit=time_limit,
+        eval_limit=eval_limit,
+        solver=solver,
+        echo=typer.echo,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+def _checked_spec(spec: Path) -> Any:
+    """The typed spec of a valid file; print its diagnostics and exit 1 otherwise."""
+    from hetc.schema import check_file
+
+    checked = check_file(str(spec))
+    if checked.spec is None:
+        for diagnostic in checked.diagnostics:
+            typer.echo(diagnostic.format())
+        raise typer.Exit(EXIT_INVALID)
+    return checked.spec
 
 
 @app.command()

@@ -103,7 +103,7 @@ def test_internal_error_prints_one_line_and_saves_the_traceback(
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = runner.invoke(app, ["validate", str(EXAMPLES[0])])
-    assert result.exit_code == 3
+    assert result.exit_code == 70
     assert "Traceback (most recent call last)" not in result.output
     (line,) = result.stderr.splitlines()
     saved = Path(line.rsplit("the traceback is in ", 1)[1])

@@ -399,8 +399,10 @@ def launch_bound_time(flops: float, peak: float, curve: EfficiencyCurve) -> floa
         return 0.0
     half = 2.0**curve.x0
     ceiling = half / (peak * curve.e_max / 2.0)
-    return min(flops / (peak * curve(flops)), ceiling) if flops < half else flops / (
-        peak * curve(flops)
+    return (
+        min(flops / (peak * curve(flops)), ceiling)
+        if flops < half
+        else flops / (peak * curve(flops))
     )
 
 

@@ -23,11 +23,14 @@ the set U_i of kinds it uses (all maxima over U_i, or over pairs drawn from U_i)
     T     = F + (m - 1) S + max_i (y_i + u_i)
 
 This is the schedule module's closed form with every pipeline as slow as the slowest replica
-of each stage and the synchronisation after the slowest pipeline: an upper bound of the plan
-the builder makes from the counts (which pairs the k-th fastest replicas of the stages into
-pipeline k and gives faster pipelines more microbatches), equal to it for one pipeline kind
-whose replicas sit on distinct nodes. It depends on the counts only through which kinds are
-used, so it can be minimised over sets, and money only through node counts:
+of each stage and the synchronisation after the slowest pipeline. The plan the builder makes
+from the counts pairs the k-th fastest replicas of the stages into pipeline k and gives faster
+pipelines more microbatches, so its closed form is at most T wherever transfers between
+replicas that share a node are no slower than over the network (true of GPUs, whose NVLink or
+PCIe beats the NIC; the simulator prices such hops on the intra-node link, which for a CPU
+process's shared memory may be slower). For one kind per stage on distinct nodes the two are
+equal. T depends on the counts only through which kinds are used, so it can be minimised
+over sets, and money only through node counts:
 
     nodes_pool = ceil(sum of count x tp over the pool's kinds / gpus_per_node)
     cost       = T x sum_pool nodes x gpus_per_node x price + egress

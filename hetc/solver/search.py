@@ -8,36 +8,49 @@ each kind runs. `planning.PlanningModel.estimate` defines the score.
 
 Why it is exact (with every approximation off), step by step:
 
-1. Shapes (m, P, D) are visited in order of a lower bound on the objective: iteration time
-   >= F_lb + (m - 1) S_lb, where F_lb sums over the layer sequence each layer's fastest time
-   on any kind and S_lb = max(F_lb / P, the slowest layer's fastest time). Cost >= that time
-   x D x P x the cheapest replica's USD/s. Once the bound reaches the k-th best objective
-   found, no later shape can enter the top k.
+1. Shapes (m, P, D) are visited in order of a lower bound on the objective, and the search
+   stops at the first shape whose bound exceeds the incumbent. The bound: iteration time >=
+   F_lb + (m - 1) S_lb + Y_lb, where F_lb sums each layer's fastest time on any affordable
+   kind; S_lb = max(F_lb / P, the slowest such layer, D x W / G_eff) with W the least
+   device-seconds of the model and G_eff the devices weighted by how fast each pool can be
+   relative to the best (`device_work`: device-time conservation); Y_lb the cheapest ring
+   over D ranks of 1/P of the gradients. Cost >= that time x (D x P x least TP devices at
+   the cheapest price).
 2. Within a shape, stages are chosen first to last (end block and kind set together), with
-   the same bound on what remains; a partial candidate whose bound reaches the k-th best is
-   dropped. Every term of the model is a sum or a maximum of non-negative parts, so adding
-   stages never lowers a partial bound: pruning never drops a better completion.
-3. Time depends on the kind sets alone (the module docstring of `planning`), money on node
+   the same bounds on what remains; a partial candidate whose bound exceeds the incumbent, or
+   breaks the budget or the throughput floor, is dropped. Every term of the model is a sum or
+   a maximum of non-negative parts, so completing a prefix never lowers its bound.
+3. Dominance: two prefixes that end at the same block with the same last (and first) kind
+   set and the same mixed stages, one no worse in every term that the rest depends on (fill,
+   straggler so far, the last stage's pending period, synchronisation, egress, devices per
+   pool), need only the better one expanded (`_dominated`).
+4. Time depends on the kind sets alone (the module docstring of `planning`), money on node
    counts: at a leaf, an exact dynamic programme over the stages that mix kinds finds the
    counts with the least rental rate inside every quota and max_gpus.
-4. A kind that runs out of memory in a stage (H2) is never used there; TP stays within a node
+5. A kind that runs out of memory in a stage (H2) is never used there; TP stays within a node
    (H1). Both are facts of the model, not approximations.
+6. Before all this, a `kind-profiles` pass seeds the incumbent (a real candidate, so the
+   bound only tightens).
 
-Declared approximations (`APPROXIMATIONS`; on by default only where they measurably pay,
-see bench/planner.py): `dp-order` (Sailor's H3/H4: D from large to small for throughput,
-small to large for cost, stopping when the objective stops improving), `one-region-stage`
-(H5: a stage's replicas in one region), `two-kinds` (a stage mixes at most two kinds).
+Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
+turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator below:
+one kind or one H6 region-wide set per stage, at most two per pipeline, min-max splits),
+`dp-order` (Sailor's H3/H4: D from large to small for throughput, small to large for cost,
+stopping when the objective stops improving), `one-region-stage` (H5: a stage's replicas in
+one region). bench/planner.py measures what each costs in plan quality.
 
-Ties are broken by the documented order in `Candidate.key`: objective, then the other
-metric, rented devices, P, D, microbatch size, boundaries, then the assignment.
+Only the best candidate is proven best. `top` > 1 adds, per other signature (P, D, m and
+the devices of each stage), the best candidate the search scored: good alternatives, not
+proven second best. Ties are broken by the documented order in `Candidate.key`: objective,
+then the other metric, rented devices, P, D, microbatch size, boundaries, assignment.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from itertools import combinations
+from dataclasses import dataclass
+from itertools import combinations, pairwise
 
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
 
@@ -52,8 +65,11 @@ __all__ = [
 APPROXIMATIONS = {
     "dp-order": "H3/H4: D in one direction, stopping once the objective stops improving",
     "one-region-stage": "H5: each stage's replicas within one region",
-    "two-kinds": "a stage mixes at most two replica kinds",
-    "balanced-split": "each stage ends where its share of the remaining work at its speed does",
+    "kind-profiles": (
+        "every stage runs one pool, or all pools of one device in one region (H6), at one TP;"
+        " at most two such options per pipeline, slower first; each such profile gets the"
+        " split that minimises its straggler"
+    ),
 }
 
 Progress = Callable[[int, float, "Candidate | None"], None]
@@ -99,7 +115,8 @@ class Candidate:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SearchOptions:
     top: int = 1
-    """How many candidates of distinct signature to return."""
+    """How many candidates of distinct signature to return (the best is proven best; the
+    others are the best of their signature among those scored)."""
     approximations: frozenset[str] = frozenset()
     eval_limit: int | None = None
     """Stop after this many scored leaves (deterministic)."""
@@ -107,6 +124,8 @@ class SearchOptions:
     """Stop after this many seconds (the result is then the best found so far)."""
     progress: Progress | None = None
     progress_every: float = 0.2
+    must_use: frozenset[int] = frozenset()
+    """Pool indices every returned candidate must rent (for "why was this pool not used?")."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,8 +137,6 @@ class SearchResult:
     """False when a time or evaluation limit stopped the search early."""
     seconds: float
     stop_reason: str = ""
-    best_infeasible: tuple[Candidate, ...] = field(default=())
-    """Nothing here: filled by the diagnosis, not the search."""
 
 
 class _Stop(Exception):
@@ -149,6 +166,7 @@ class _Search:
         self._sigma_order: dict[int, list[int]] = {}
         self._sync_bound: dict[tuple[int, int], float] = {}
         self._work: dict[int, tuple[list[float], list[float]]] = {}
+        self._options: list[tuple[int, ...]] | None = None
         self._combo_info: dict[
             tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]
         ] = {}
@@ -156,7 +174,6 @@ class _Search:
         """USD per device-second of the cheapest pool: rate >= devices x this."""
         self._min_tp = min((k.tp for k in model.kinds), default=1)
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
-        self._balanced: dict[tuple[int, tuple[int, ...], int, int], range] = {}
 
     # -- bounds ---------------------------------------------------------------------------
 
@@ -177,8 +194,8 @@ class _Search:
 
     def device_work(self, mbs: int) -> tuple[list[float], list[float]]:
         """Prefix sums of each layer's least device-seconds (TP x time) on any kind, and each
-        pool's speed factor sigma_p <= (least device-seconds) / (the pool's device-seconds)
-        over every layer.
+        pool's speed factor sigma_p = max over layers of (least device-seconds) / (the pool's
+        device-seconds), so that the pool's device-seconds >= least / sigma_p on every layer.
 
         Device-time conservation: a replica of TP tau on pool p running layers R for at most
         the straggler period S does tau x S >= its device-seconds >= W(R) / sigma_p, so summing
@@ -207,7 +224,7 @@ class _Search:
             for value in least:
                 prefix.append(prefix[-1] + value)
             sigma = [
-                min((least[i] / pool[i] if pool[i] > 0 else 1.0) for i in range(n))
+                max((least[i] / pool[i] if pool[i] > 0 else 1.0) for i in range(n))
                 for pool in per_pool
             ]
             self._work[mbs] = (prefix, sigma)
@@ -260,10 +277,8 @@ class _Search:
         return self._sync_bound[key]
 
     def bound(self) -> float:
-        """The objective value a candidate must beat (or tie) to enter the top k."""
-        if len(self.ranked) < self.options.top:
-            return float("inf")
-        return self.ranked[-1].value
+        """The objective value a candidate must beat (or tie) to become the best."""
+        return self.ranked[0].value if self.ranked else float("inf")
 
     def shape_bound(self, mbs: int, stages: int, dp: int) -> float:
         prefix = self.layer_best(mbs, self.affordable_tp(stages, dp))
@@ -302,6 +317,8 @@ class _Search:
         shapes.sort()
         stop = ""
         try:
+            if "kind-profiles" not in self.approx:
+                self._warm_start()
             if "dp-order" in self.approx:
                 self._dp_ordered(shapes)
             else:
@@ -312,12 +329,33 @@ class _Search:
         except _Stop as why:
             stop = str(why)
         return SearchResult(
-            candidates=tuple(self.ranked),
+            candidates=self.alternatives(),
             evaluations=self.evaluations,
             complete=not stop,
             seconds=time.perf_counter() - self.started,
             stop_reason=stop,
         )
+
+    def _warm_start(self) -> None:
+        """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
+        real one, so the exact search only gets a tighter bound from the start."""
+        seed = _Search(
+            self.model,
+            SearchOptions(
+                top=self.options.top,
+                approximations=self.approx | {"kind-profiles"},
+                eval_limit=self.options.eval_limit,
+                time_limit=self.options.time_limit,
+                must_use=self.options.must_use,
+            ),
+        )
+        seed.started = self.started
+        result = seed.run()
+        self.evaluations += result.evaluations
+        for candidate in result.candidates:
+            self.offer(candidate)
+        if not result.complete:
+            raise _Stop(result.stop_reason)
 
     def _dp_ordered(self, shapes: list[tuple[float, int, int, int]]) -> None:
         """H3/H4: per (m, P), D descending (throughput) or ascending (cost) until no gain."""
@@ -342,6 +380,9 @@ class _Search:
     def shape(self, mbs: int, stages: int, dp: int) -> float | None:
         """Search one (m, P, D); returns the best objective found in it, or None."""
         self._shape_best: float | None = None
+        if "kind-profiles" in self.approx:
+            self.profiles(mbs, stages, dp)
+            return self._shape_best
         self._memo: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
         state = _Partial(
             stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
@@ -360,7 +401,7 @@ class _Search:
             return cached
         model = self.model
         fitting = [k.index for k in model.kinds if model.fits(k.index, mbs, first, end, dp, flight)]
-        limit = min(dp, 2 if "two-kinds" in self.approx else len(fitting))
+        limit = min(dp, len(fitting))
         groups: list[list[int]] = []
         if model.mixed_tp_allowed:
             groups = [fitting]
@@ -385,26 +426,143 @@ class _Search:
         model = self.model
         return len({model.pools[model.kinds[k].pool].zone.region for k in combo}) == 1
 
-    def balanced_ends(
-        self, mbs: int, combo: tuple[int, ...], start: int, stages_left: int
-    ) -> range:
-        """`balanced-split`: the ends that give this stage its fair share of what remains at
-        this set's speed (the last end under the share, and one more block)."""
-        key = (mbs, combo, start, stages_left)
-        if key in self._balanced:
-            return self._balanced[key]
+    # -- kind-profiles: the declared approximation for large clusters -----------------------
+
+    def stage_options(self) -> list[tuple[int, ...]]:
+        """One-pool kinds, and per (device, TP, region) with several pools the set of all of
+        them (H6: the zones of a region as one pool; counts per zone are chosen at the leaf)."""
+        if self._options is None:
+            model = self.model
+            options: list[tuple[int, ...]] = [(k.index,) for k in model.kinds]
+            merged: dict[tuple[str, int, str], list[int]] = {}
+            for k in model.kinds:
+                region = model.pools[k.pool].zone.region
+                merged.setdefault((k.device, k.tp, region), []).append(k.index)
+            options += [tuple(group) for group in merged.values() if len(group) > 1]
+            if "one-region-stage" in self.approx:
+                options = [o for o in options if self._one_region(o)]
+            self._options = options
+        return self._options
+
+    def option_time(self, option: tuple[int, ...], mbs: int, first: int, end: int) -> float:
+        return self.model.stage_compute(option, mbs, first, end)
+
+    def profiles(self, mbs: int, stages: int, dp: int) -> None:
+        """`kind-profiles`: enumerate profiles (options and their stage counts), bound each by
+        its fractional straggler, split the survivors greedily, score them exactly."""
         model = self.model
-        first = 0 if start == 0 else start + 1
-        whole = max(model.stage_time(k, mbs, first, model.blocks + 2)[0] for k in combo)
-        target = whole / stages_left
-        lo, hi = start + 1, model.blocks - stages_left + 1
-        end = lo
-        while (
-            end < hi and max(model.stage_time(k, mbs, first, end + 2)[0] for k in combo) <= target
-        ):
-            end += 1
-        self._balanced[key] = range(end, min(end + 2, hi + 1))
-        return self._balanced[key]
+        options = self.stage_options()
+        whole = model.blocks + 2
+        speed = {o: self.option_time(o, mbs, 0, whole) for o in options}
+        ordered = sorted(options, key=lambda o: (-speed[o], o))
+        m1 = -(-(model.batch // mbs) // dp) - 1
+        fill_lb = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
+        sync_lb = self.sync_bound(stages, dp)
+        profiles: list[tuple[tuple[int, ...], ...]] = [(o,) * stages for o in ordered]
+        for x, slow in enumerate(ordered):
+            for fast in ordered[x + 1 :]:
+                for n in range(1, stages):
+                    profiles.append((slow,) * n + (fast,) * (stages - n))
+        for sequence in profiles:
+            self._check_limits()
+            if not self._profile_fits_quota(sequence, dp):
+                continue
+            capacity = sum(1.0 / speed[o] for o in sequence)
+            lb_t = fill_lb + m1 * (1.0 / capacity) + sync_lb
+            if self.objective == "max_throughput" and lb_t > self.bound():
+                continue
+            if self.time_cap is not None and lb_t > self.time_cap:
+                continue
+            boundaries = self.min_max_split(sequence, mbs, dp)
+            if boundaries is None:
+                continue
+            self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
+
+    def _profile_fits_quota(self, sequence: Sequence[tuple[int, ...]], dp: int) -> bool:
+        kinds, need = self.model.kinds, [0] * len(self.capacity)
+        spread: dict[tuple[int, ...], int] = {}
+        for option in sequence:
+            if len(option) == 1:
+                need[kinds[option[0]].pool] += dp * kinds[option[0]].tp
+            else:
+                spread[option] = spread.get(option, 0) + dp * kinds[option[0]].tp
+        if any(n > c for n, c in zip(need, self.capacity, strict=True)):
+            return False
+        for option, devices in spread.items():
+            pools = {kinds[k].pool for k in option}
+            if devices > sum(self.capacity[p] - need[p] for p in pools):
+                return False
+        return sum(need) + sum(spread.values()) <= self.total_devices
+
+    def _stage_ok(
+        self,
+        option: tuple[int, ...],
+        mbs: int,
+        first: int,
+        end: int,
+        dp: int,
+        flight: int,
+        budget: float,
+    ) -> bool:
+        """Layers [first, end) on `option` stay within `budget` seconds and in memory."""
+        return self.option_time(option, mbs, first, end) <= budget and all(
+            self.model.fits(k, mbs, first, end, dp, flight) for k in option
+        )
+
+    def min_max_split(
+        self, sequence: Sequence[tuple[int, ...]], mbs: int, dp: int
+    ) -> tuple[int, ...] | None:
+        """The boundaries minimising max_i (t_i + sends) for this sequence of options:
+        bisection on the straggler, each test filling stages greedily (as many blocks as fit
+        under it and in memory), which is exact for stage times monotone in their blocks."""
+        model = self.model
+        stages = len(sequence)
+        m = -(-(model.batch // mbs) // dp)
+        sends = [model.send_between(a, b, mbs) for a, b in pairwise(sequence)]
+        padded = [0.0, *sends, 0.0]
+
+        def fill(limit: float) -> tuple[int, ...] | None:
+            bounds, start = [0], 0
+            for j, option in enumerate(sequence):
+                first = 0 if j == 0 else start + 1
+                flight = max(1, min(stages - j, m))
+                budget = limit - padded[j] - padded[j + 1]
+
+                ok = self._stage_ok
+                if j == stages - 1:
+                    if not ok(option, mbs, first, model.blocks + 2, dp, flight, budget):
+                        return None
+                    bounds.append(model.blocks)
+                    return tuple(bounds)
+                lo, hi = start + 1, model.blocks - (stages - 1 - j)
+                if lo > hi or not ok(option, mbs, first, lo + 1, dp, flight, budget):
+                    return None
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if ok(option, mbs, first, mid + 1, dp, flight, budget):
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                bounds.append(lo)
+                start = lo
+            return None
+
+        top = (
+            sum(self.option_time(o, mbs, 0, model.blocks + 2) for o in set(sequence))
+            + sum(sends) * 2
+        )
+        best = fill(top)
+        if best is None:
+            return None
+        low = 0.0
+        for _ in range(40):
+            mid = (low + top) / 2
+            found = fill(mid)
+            if found is None:
+                low = mid
+            else:
+                top, best = mid, found
+        return best
 
     def combo_info(
         self, combo: tuple[int, ...], dp: int
@@ -440,7 +598,6 @@ class _Search:
         flight = max(1, min(stages - index, m1 + 1))
         first_layer = 0 if index == 0 else start + 1
         ends = [model.blocks] if last else range(start + 1, model.blocks - remaining + 1)
-        balanced = "balanced-split" in self.approx and not last
         rest_devices = remaining * dp * self._min_tp
         work = self.device_work(mbs)[0]
         throughput = self.objective == "max_throughput"
@@ -453,8 +610,6 @@ class _Search:
             rest_work = (work[-1] - work[end_layer]) * dp
             key = (start, end, index == 0, last)
             for t, combo in self.kind_sets(mbs, dp, flight, first_layer, end_layer):
-                if balanced and end not in self.balanced_ends(mbs, combo, start, remaining + 1):
-                    continue
                 send = model.send_between(previous, combo, mbs) if index else 0.0
                 fill = state.fill + t + 2 * send
                 straggler = max(state.straggler, state.pending + send)
@@ -557,7 +712,7 @@ class _Search:
         if counts is None:
             return
         estimate = model.estimate(shape, counts)
-        if not estimate.feasible:
+        if not estimate.feasible or any(not estimate.nodes[p] for p in self.options.must_use):
             return
         candidate = Candidate(
             shape=shape, assignment=counts, estimate=estimate, objective=self.objective
@@ -568,14 +723,20 @@ class _Search:
         self.offer(candidate)
 
     def offer(self, candidate: Candidate) -> None:
+        """Keep the best candidate of each signature; `ranked[0]` is the incumbent."""
         signature = candidate.signature(self.model)
         held = self.best.get(signature)
         if held is not None and held.key() <= candidate.key():
             return
         self.best[signature] = candidate
-        ranked = sorted(self.best.values(), key=Candidate.key)
-        self.ranked = ranked[: self.options.top]
-        self.best = {c.signature(self.model): c for c in self.ranked}
+        if not self.ranked or candidate.key() < self.ranked[0].key():
+            self.ranked = [candidate]
+
+    def alternatives(self) -> tuple[Candidate, ...]:
+        """The best, then the best-scored candidate of each other signature the search met,
+        up to `top` in all: pruning uses the best alone, so the alternatives are the best
+        ones found, not proven second best."""
+        return tuple(sorted(self.best.values(), key=Candidate.key)[: self.options.top])
 
     def cheapest_counts(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
         """Replica counts for the kind sets with the least rental rate inside every quota and

@@ -1,0 +1,278 @@
+"""What `hetc plan` prints: the ranked plans as a table or JSON, the diagnosis of an
+infeasible spec, the `--explain` answers, and the CP-SAT cross-check of the chosen shape.
+
+Kept apart from the CLI so the command stays a thin wrapper and the text can be tested
+without a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from hetc.costmodel.profile import ProfileError
+from hetc.costmodel.simulate import read_spec_profiles
+from hetc.plan import Plan, plan_to_json
+from hetc.schema.spec import Spec
+from hetc.solver.planner import (
+    Diagnosis,
+    Explanation,
+    PlanningResult,
+    Proposal,
+    diagnose,
+    explain_unused,
+    plan_spec,
+)
+from hetc.solver.search import Candidate
+
+__all__ = [
+    "ProgressLine",
+    "cross_check",
+    "plan_table",
+    "run_plan_command",
+]
+
+Echo = Callable[..., None]
+
+
+class ProgressLine:
+    """A one-line progress display on stderr, shown only once a search has run for 1 s."""
+
+    def __init__(self, echo: Echo, *, after: float = 1.0) -> None:
+        self.echo, self.after, self.shown = echo, after, False
+
+    def __call__(self, evaluations: int, seconds: float, best: Candidate | None) -> None:
+        if seconds < self.after:
+            return
+        incumbent = "none yet" if best is None else f"best {best.value:.4g}"
+        self.echo(
+            f"\rhetc: searching: {evaluations:,} candidates scored, {seconds:.1f} s, {incumbent}",
+            err=True,
+            nl=False,
+        )
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.echo("", err=True)
+
+
+def _replica_groups(plan: Plan, stage: int) -> str:
+    nodes = {n.id: n for n in plan.nodes}
+    counts = Counter((r.device, r.tp, nodes[r.node].zone) for r in plan.stages[stage].replicas)
+    return ", ".join(f"{n} x {d} TP{tp} @ {z}" for (d, tp, z), n in sorted(counts.items()))
+
+
+def _shares(plan: Plan) -> str:
+    counts = Counter(p.microbatches for p in plan.pipelines)
+    return ", ".join(
+        f"{m} microbatch(es) on {n} pipeline(s)" for m, n in sorted(counts.items(), reverse=True)
+    )
+
+
+def plan_table(proposal: Proposal, rank: int, spec: Spec) -> str:
+    """One proposal as a short header and a per-stage table."""
+    plan, sim, e = proposal.plan, proposal.simulation, proposal.candidate.estimate
+    rented = Counter((n.device, n.zone, n.devices) for n in plan.nodes)
+    rent = ", ".join(
+        f"{count} node(s) of {per} x {device} in {zone}"
+        for (device, zone, per), count in sorted(rented.items())
+    )
+    lines = [
+        f"plan {rank}: {len(plan.stages)} stage(s) x {len(plan.pipelines)} pipeline(s),"
+        f" microbatch {plan.microbatch_size}",
+        f"  iteration {sim.iteration_time:.4g} s (planner bound {e.iteration_time:.4g} s),"
+        f" {1 / sim.iteration_time:.4g} it/s, {sim.tokens_per_second:,.0f} tokens/s,"
+        f" MFU {100 * sim.mfu:.1f}%",
+        f"  cost {sim.cost.total:.4g} USD/iteration (egress {sim.cost.egress:.4g}),"
+        f" {sim.cost_per_million_tokens:.4g} USD per 1M tokens",
+        f"  rents {rent}",
+        f"  batch shares: {_shares(plan)}",
+        "  stage  blocks     replicas",
+    ]
+    for i, stage in enumerate(plan.stages):
+        ends = []
+        if i == 0:
+            ends.append("embedding")
+        if i == len(plan.stages) - 1:
+            ends.append("head")
+        extra = f" +{'+'.join(ends)}" if ends else ""
+        blocks = f"[{stage.first_block}, {stage.end_block}){extra}"
+        lines.append(f"  {i:<5}  {blocks:<24} {_replica_groups(plan, i)}")
+    return "\n".join(lines)
+
+
+def cross_check(result: PlanningResult) -> dict[str, Any] | None:
+    """CP-SAT on the chosen shape: its optimum re-scored by the float model, and the gap."""
+    from hetc.solver.cpsat import solve_shape
+
+    if not result.proposals:
+        return None
+    best = result.proposals[0].candidate
+    started = time.perf_counter()
+    solved = solve_shape(result.model, best.shape)
+    seconds = time.perf_counter() - started
+    if solved is None:
+        return {"shape": str(best.shape), "cp_sat": None, "gap": None, "seconds": seconds}
+    other = (
+        solved.estimate.iteration_time
+        if best.objective == "max_throughput"
+        else (solved.estimate.cost)
+    )
+    return {
+        "search": best.value,
+        "cp_sat": other,
+        "gap": (best.value - other) / other if other else 0.0,
+        "seconds": seconds,
+    }
+
+
+def _diagnosis_text(diagnosis: Diagnosis) -> str:
+    return (
+        f"hetc: no plan satisfies the spec: {diagnosis.binding} is binding: {diagnosis.message}"
+        f"\nTo fix: {diagnosis.change}"
+    )
+
+
+def _explanation_json(explanations: list[Explanation]) -> list[dict[str, Any]]:
+    return [
+        {
+            "pool": x.pool,
+            "loss": x.loss,
+            "iteration_time": x.best_with.simulation.iteration_time if x.best_with else None,
+            "cost_per_iteration": x.best_with.simulation.cost.total if x.best_with else None,
+        }
+        for x in explanations
+    ]
+
+
+def run_plan_command(
+    spec: Spec,
+    spec_dir: str,
+    *,
+    top: int,
+    as_json: bool,
+    explain: bool,
+    approximations: frozenset[str] | None,
+    time_limit: float | None,
+    eval_limit: int | None,
+    solver: str,
+    echo: Echo,
+) -> int:
+    """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input, 3 infeasible)."""
+    try:
+        profiles = read_spec_profiles(spec, spec_dir)
+    except ProfileError as exc:
+        echo(str(exc))
+        return 1
+    progress = ProgressLine(echo) if sys.stderr.isatty() and not as_json else None
+    options: dict[str, Any] = {"profiles": profiles, "approximations": approximations}
+    try:
+        result = plan_spec(
+            spec,
+            top=top,
+            time_limit=time_limit,
+            eval_limit=eval_limit,
+            progress=progress,
+            **options,
+        )
+    except ValueError as exc:
+        echo(f"hetc: {exc}", err=True)
+        return 2
+    finally:
+        if progress is not None:
+            progress.close()
+    search = result.search
+    if not result.proposals:
+        if not search.complete:
+            echo(
+                f"hetc: no plan found before the search stopped ({search.stop_reason});"
+                " raise --time-limit or --eval-limit",
+                err=True,
+            )
+            return 3
+        diagnosis = diagnose(spec, **options)
+        if as_json:
+            echo(
+                json.dumps(
+                    {
+                        "feasible": False,
+                        "binding": diagnosis.binding,
+                        "message": diagnosis.message,
+                        "change": diagnosis.change,
+                    },
+                    indent=2,
+                )
+            )
+        else:
+            echo(_diagnosis_text(diagnosis), err=True)
+        return 3
+    explanations = explain_unused(result, spec, **options) if explain else []
+    checked = cross_check(result) if solver == "cp-sat" else None
+    if as_json:
+        echo(json.dumps(_result_json(result, explanations, checked), indent=2))
+        return 0
+    used = ", ".join(sorted(result.approximations)) or "none"
+    header = (
+        f"objective {spec.objective}; searched {search.evaluations:,} candidates in"
+        f" {search.seconds:.2f} s; approximations: {used}"
+    )
+    if not search.complete:
+        echo(
+            f"hetc: warning: {search.stop_reason}: the best plan so far, not proven best", err=True
+        )
+    blocks = [header]
+    blocks += [plan_table(p, i + 1, spec) for i, p in enumerate(result.proposals)]
+    if len(result.proposals) > 1:
+        best = result.proposals[0].candidate.value
+        blocks.append(
+            "alternatives lose: "
+            + "; ".join(
+                f"plan {i + 1} by {100 * (p.candidate.value / best - 1):.1f}%"
+                for i, p in enumerate(result.proposals[1:], start=1)
+            )
+        )
+    for x in explanations:
+        blocks.append(f"why not {x.pool}? {x.loss}")
+    if checked is not None:
+        blocks.append(
+            "CP-SAT on the chosen shape: "
+            + (
+                "no feasible assignment"
+                if checked["cp_sat"] is None
+                else f"{checked['cp_sat']:.6g} vs the search's {checked['search']:.6g}"
+                f" (gap {100 * checked['gap']:.2g}%), {checked['seconds']:.2f} s"
+            )
+        )
+    echo("\n\n".join(blocks))
+    return 0
+
+
+def _result_json(
+    result: PlanningResult, explanations: list[Explanation], checked: dict[str, Any] | None
+) -> dict[str, Any]:
+    search = result.search
+    return {
+        "feasible": True,
+        "complete": search.complete,
+        "stop_reason": search.stop_reason or None,
+        "evaluations": search.evaluations,
+        "search_seconds": search.seconds,
+        "approximations": sorted(result.approximations),
+        "plans": [
+            {
+                "rank": i + 1,
+                "objective": p.candidate.value,
+                "planner_iteration_time": p.candidate.estimate.iteration_time,
+                "planner_cost_per_iteration": p.candidate.estimate.cost,
+                "plan": json.loads(plan_to_json(p.plan)),
+            }
+            for i, p in enumerate(result.proposals)
+        ],
+        "explain": _explanation_json(explanations),
+        "cross_check": checked,
+    }

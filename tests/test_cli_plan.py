@@ -1,0 +1,107 @@
+"""`hetc plan`: the table, JSON, exit codes, limits, --explain and the diagnosis."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from hetc.cli import app
+from hetc.plan import plan_from_json, plan_problems
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = """\
+version: 1
+name: cli-plan
+model: {{architecture: {{layers: 4, hidden: 256, heads: 4, ffn: 1024, vocab: 1024,
+  max_positions: 256}}}}
+training: {{global_batch_size: 16, seq_len: 256, precision: fp16}}
+{extra}
+zones:
+  - name: a
+    region: r
+    pools:
+      - {{device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}}
+      - {{device: V100-16GB, quota: 8, gpus_per_node: 4, price: 2.86 USD/h}}
+"""
+
+
+def _spec(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(extra=extra))
+    return path
+
+
+def test_plan_prints_a_table_of_ranked_plans(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--top", "2"])
+    assert result.exit_code == 0, result.output
+    assert "plan 1:" in result.output and "plan 2:" in result.output
+    assert "stage  blocks" in result.output and "A100-40GB TP" in result.output
+    assert "approximations: none" in result.output
+    assert not list(tmp_path.glob("*.json")), "plan writes nothing"
+
+
+def test_plan_json_carries_valid_plans(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--json", "--top", "2"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["feasible"] and data["complete"]
+    objectives = [p["objective"] for p in data["plans"]]
+    assert objectives == sorted(objectives)
+    for entry in data["plans"]:
+        plan = plan_from_json(json.dumps(entry["plan"]))
+        assert plan_problems(plan) == []
+        assert plan.predictions is not None
+
+
+def test_infeasible_spec_exits_3_with_a_verified_fix(tmp_path: Path) -> None:
+    path = _spec(tmp_path, "constraints: {max_cost_per_iteration: 1e-9 USD}")
+    result = runner.invoke(app, ["plan", str(path)])
+    assert result.exit_code == 3
+    assert "budget is binding" in result.stderr
+    assert "To fix: constraints.max_cost_per_iteration:" in result.stderr
+    fixed = result.stderr.split("To fix: constraints.max_cost_per_iteration: ")[1].split()[0]
+    again = runner.invoke(
+        app, ["plan", str(_spec(tmp_path, f"constraints: {{max_cost_per_iteration: {fixed}}}"))]
+    )
+    assert again.exit_code == 0, again.output
+
+
+def test_invalid_spec_exits_1(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: 1\nname: x\n")
+    result = runner.invoke(app, ["plan", str(path)])
+    assert result.exit_code == 1
+    assert "bad.yaml:" in result.output
+
+
+def test_eval_limit_is_deterministic_and_flagged(tmp_path: Path) -> None:
+    path = _spec(tmp_path)
+    first = runner.invoke(app, ["plan", str(path), "--eval-limit", "3", "--json"])
+    second = runner.invoke(app, ["plan", str(path), "--eval-limit", "3", "--json"])
+    assert first.exit_code == second.exit_code == 0, first.output
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert not a["complete"] and "evaluation limit" in a["stop_reason"]
+    assert a["plans"] == b["plans"]
+    text = runner.invoke(app, ["plan", str(path), "--eval-limit", "3"])
+    assert "not proven best" in text.stderr
+
+
+def test_explain_says_why_a_pool_is_unused(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--top", "1", "--explain"])
+    assert result.exit_code == 0, result.output
+    assert "why not" in result.output
+
+
+def test_unknown_approximation_is_a_usage_error(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--approximations", "h9"])
+    assert result.exit_code == 2
+    assert "unknown approximation" in result.stderr
+
+
+def test_bundled_examples_plan(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(ROOT / "examples/local-cpu.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plans"]

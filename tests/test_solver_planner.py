@@ -1,0 +1,251 @@
+"""Plan building (placement, pairing, batch shares), the planner facade, the diagnosis of
+infeasible specs and `--explain`, each against an independent oracle."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.plan import capability_problems, plan_problems
+from hetc.schema import check_text
+from hetc.schema.spec import Spec
+from hetc.solver.build import batch_shares, build_plan
+from hetc.solver.planner import (
+    LARGE_CLUSTER_DEVICES,
+    default_approximations,
+    diagnose,
+    explain_unused,
+    plan_spec,
+)
+from hetc.solver.search import SearchOptions, search
+
+TINY = """\
+version: 1
+name: tiny
+model: {{architecture: {{layers: 4, hidden: 256, heads: 4, ffn: 1024, vocab: 1024,
+  max_positions: 256}}}}
+training: {{global_batch_size: 16, seq_len: 256, precision: fp16, zero_stage: {zero}}}
+objective: {objective}
+{constraints}
+zones:
+  - name: a
+    region: r1
+    pools:
+      - {{device: A100-40GB, quota: {a100}, gpus_per_node: 4, price: 3.67 USD/h}}
+      - {{device: V100-16GB, quota: {v100}, gpus_per_node: 4, price: 2.86 USD/h}}
+  - name: b
+    region: r2
+    pools:
+      - {{device: T4, quota: 4, gpus_per_node: 2, price: 0.35 USD/h}}
+network:
+  inter_region: {{bandwidth: 1Gbps, latency: 30ms}}
+  egress_price: {{inter_region: 0.02 USD/GB}}
+"""
+
+
+def tiny(
+    *,
+    objective: str = "max_throughput",
+    constraints: str = "",
+    zero: int = 1,
+    a100: int = 8,
+    v100: int = 8,
+) -> Spec:
+    text = TINY.format(
+        objective=objective,
+        constraints=f"constraints: {constraints}" if constraints else "",
+        zero=zero,
+        a100=a100,
+        v100=v100,
+    )
+    result = check_text(text, "tiny.yaml")
+    assert result.spec is not None, [d.format() for d in result.diagnostics]
+    return result.spec
+
+
+def test_batch_shares_minimise_the_slowest_pipeline_exactly() -> None:
+    """The greedy equals brute force over every composition, on awkward speeds."""
+    fill = [1.0, 2.5, 0.7]
+    period = [0.3, 0.11, 0.5]
+    for total in range(3, 14):
+        got = batch_shares(fill, period, total)
+        assert sum(got) == total and min(got) >= 1
+
+        def finish(counts: tuple[int, ...]) -> float:
+            return max(f + (c - 1) * s for f, s, c in zip(fill, period, counts, strict=True))
+
+        best = min(
+            finish(c) for c in itertools.product(range(1, total + 1), repeat=3) if sum(c) == total
+        )
+        assert finish(tuple(got)) == pytest.approx(best, rel=1e-12)
+    with pytest.raises(ValueError, match="cannot feed"):
+        batch_shares([1.0, 1.0], [1.0, 1.0], 1)
+
+
+def test_built_plan_packs_whole_nodes_and_pairs_fast_with_fast() -> None:
+    """Placement fills nodes exactly (the node count the model charges), TP never crosses a
+    node, every pipeline visits one replica per stage, and the k-th fastest replicas pair."""
+    spec = tiny(zero=0)
+    model = PlanningModel(spec)
+    a1, a2, v1 = (
+        next(k.index for k in model.kinds if k.device == d and k.tp == tp)
+        for d, tp in (("A100-40GB", 1), ("A100-40GB", 2), ("V100-16GB", 1))
+    )
+    shape = Shape(microbatch=2, boundaries=(0, 2, 4), pipelines=3)
+    assignment = (((a1, 1), (a2, 1), (v1, 1)), ((a1, 2), (v1, 1)))
+    estimate = model.estimate(shape, assignment)
+    assert estimate.feasible, estimate.problems
+    plan = build_plan(model, shape, assignment, spec_hash="x")
+    assert plan_problems(plan) == []
+    by_pool: dict[str, int] = {}
+    for node in plan.nodes:
+        by_pool[node.pool] = by_pool.get(node.pool, 0) + 1
+    assert sorted(by_pool.values()) == sorted(n for n in estimate.nodes if n)
+    assert sum(p.microbatches for p in plan.pipelines) * 2 == 16
+    first, end = model.layer_range(shape, 0)
+    speeds = [
+        model.stage_time(
+            next(k.index for k in model.kinds if k.device == r.device and k.tp == r.tp),
+            2,
+            first,
+            end,
+        )[0]
+        for r in plan.stages[0].replicas
+    ]
+    visited = [speeds[p.replicas[0]] for p in plan.pipelines]
+    assert visited == sorted(visited)
+    assert plan.pipelines[0].microbatches >= plan.pipelines[-1].microbatches
+
+
+def test_every_returned_plan_fits_and_is_runnable() -> None:
+    """Each proposal's ranks fit in memory (simulator), the plan is consistent, inside the
+    capability matrix, and its predictions come from the simulator."""
+    spec = tiny()
+    result = plan_spec(spec, top=3)
+    assert result.proposals
+    for proposal in result.proposals:
+        plan = proposal.plan
+        assert plan_problems(plan) == []
+        assert capability_problems(plan, zero_stage=1, precision="fp16") == []
+        assert proposal.simulation.fits
+        assert plan.predictions is not None
+        assert plan.predictions.iteration_time == proposal.simulation.iteration_time
+    values = [p.candidate.value for p in result.proposals]
+    assert values == sorted(values)
+
+
+def test_large_clusters_default_to_kind_profiles() -> None:
+    small = PlanningModel(tiny())
+    assert default_approximations(small) == frozenset()
+    big = PlanningModel(tiny(a100=LARGE_CLUSTER_DEVICES))
+    assert default_approximations(big) == {"kind-profiles"}
+
+
+def test_unknown_approximation_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown approximation"):
+        plan_spec(tiny(), approximations=frozenset({"h9"}))
+
+
+def test_budget_diagnosis_names_the_cheapest_cost_and_verifies_it() -> None:
+    """Oracle: the min-cost search of the same spec without a budget."""
+    spec = tiny(constraints="{max_cost_per_iteration: 1e-7 USD}")
+    assert not plan_spec(spec).proposals
+    diagnosis = diagnose(spec)
+    assert diagnosis.binding == "budget"
+    cheapest = (
+        plan_spec(
+            replace(
+                spec,
+                objective="min_cost",
+                constraints=replace(spec.constraints, max_cost_per_iteration=None),
+            )
+        )
+        .proposals[0]
+        .candidate.estimate.cost
+    )
+    assert f"{cheapest:.4g}" in diagnosis.message
+    assert diagnosis.plan is not None
+    suggested = float(diagnosis.change.rsplit(" ", 1)[1])
+    assert cheapest <= suggested <= cheapest * 1.001
+    assert diagnosis.plan.candidate.estimate.cost <= suggested
+
+
+def test_floor_diagnosis_names_the_fastest_throughput_and_verifies_it() -> None:
+    spec = tiny(objective="min_cost", constraints="{min_throughput: 1e9}")
+    diagnosis = diagnose(spec)
+    assert diagnosis.binding == "throughput floor"
+    fastest = (
+        plan_spec(
+            replace(
+                spec,
+                objective="max_throughput",
+                constraints=replace(spec.constraints, min_throughput=None),
+            )
+        )
+        .proposals[0]
+        .candidate.estimate
+    )
+    assert f"{1 / fastest.iteration_time:.4g}" in diagnosis.message
+    assert diagnosis.plan is not None
+    assert 1 / diagnosis.plan.candidate.estimate.iteration_time >= float(
+        diagnosis.change.rsplit(" ", 1)[1]
+    )
+
+
+def test_max_gpus_diagnosis_finds_the_fewest_devices() -> None:
+    """Oracle: the smallest device count any plan rents, by scanning max_gpus upwards."""
+    spec = tiny(a100=4, v100=4, constraints="{max_gpus: 1}")
+    spec = replace(spec, zones=spec.zones[:1])
+    diagnosis = diagnose(spec)
+    assert diagnosis.binding == "max_gpus"
+    fewest = next(
+        n
+        for n in range(1, 9)
+        if plan_spec(replace(spec, constraints=replace(spec.constraints, max_gpus=n))).proposals
+    )
+    assert diagnosis.change == f"constraints.max_gpus: {fewest}"
+    assert diagnosis.plan is not None and diagnosis.plan.candidate.estimate.devices <= fewest
+
+
+def test_memory_diagnosis_when_nothing_fits() -> None:
+    text = (
+        TINY.replace("layers: 4, hidden: 256", "layers: 4, hidden: 32768")
+        .replace("heads: 4, ffn: 1024", "heads: 256, ffn: 131072")
+        .format(objective="max_throughput", constraints="", zero=0, a100=8, v100=8)
+    )
+    spec = check_text(text, "huge.yaml").spec
+    assert spec is not None
+    diagnosis = diagnose(spec)
+    assert diagnosis.binding == "memory"
+    assert diagnosis.plan is None
+
+
+def test_explain_reports_the_loss_of_the_best_plan_using_each_unused_pool() -> None:
+    """Oracle: the forced search's best value against the chosen plan's."""
+    spec = tiny()
+    result = plan_spec(spec)
+    best = result.proposals[0].candidate
+    unused = [
+        s.label for s, n in zip(result.model.pools, best.estimate.nodes, strict=True) if not n
+    ]
+    explanations = explain_unused(result, spec)
+    assert [x.pool for x in explanations] == unused
+    for x in explanations:
+        if x.best_with is not None:
+            assert x.best_with.candidate.value >= best.value
+            assert "less than" in x.loss
+
+
+def test_must_use_only_returns_candidates_renting_that_pool() -> None:
+    model = PlanningModel(tiny())
+    t4 = next(s.index for s in model.pools if s.pool.device == "T4")
+    result = search(model, SearchOptions(must_use=frozenset({t4})))
+    assert result.candidates and all(c.estimate.nodes[t4] for c in result.candidates)
+
+
+def test_a_feasible_spec_has_nothing_to_diagnose() -> None:
+    with pytest.raises(ValueError, match="feasible"):
+        diagnose(tiny())
