@@ -10,6 +10,9 @@ python=${PYTHON:-python3}
 spec=${1:-examples/gptneo-a100-v100.yaml}
 echo "+ hetc validate $spec"
 .venv/bin/hetc validate "$spec"
+echo
+echo "+ hetc plan $spec --top 2"
+.venv/bin/hetc plan "$spec" --top 2
 
 # What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
 broken=$(mktemp --suffix=.yaml)

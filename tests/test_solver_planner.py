@@ -249,3 +249,27 @@ def test_must_use_only_returns_candidates_renting_that_pool() -> None:
 def test_a_feasible_spec_has_nothing_to_diagnose() -> None:
     with pytest.raises(ValueError, match="feasible"):
         diagnose(tiny())
+
+
+def test_planner_and_simulator_agree_on_every_rank_s_memory() -> None:
+    """Tied embeddings, learned positions, P = 3: the planner's O(1) peak of every stage equals
+    the simulator's per-rank memory (the last stage holds the token table's copy only)."""
+    from hetc.costmodel.tables import peak_memory
+
+    spec = tiny()
+    model = PlanningModel(spec)
+    assert spec.model.tied_embeddings and spec.model.position == "learned"
+    kind = next(k for k in model.kinds if k.device == "A100-40GB" and k.tp == 2)
+    shape = Shape(microbatch=2, boundaries=(0, 1, 3, 4), pipelines=1)
+    assignment = (((kind.index, 1),),) * 3
+    plan = build_plan(model, shape, assignment, spec_hash="x")
+    from hetc.costmodel.simulate import simulate
+
+    ranks = simulate(plan, spec).ranks
+    m = model.microbatches(shape)
+    for i in range(3):
+        first, end = model.layer_range(shape, i)
+        table = model.tables(kind.device, kind.tp, 2)
+        expected = peak_memory(table, first, end, 1, min(3 - i, m))
+        got = [r.memory.total for r in ranks if r.stage == i]
+        assert got == [pytest.approx(expected, rel=1e-12)] * len(got), i

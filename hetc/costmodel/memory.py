@@ -175,6 +175,13 @@ def embedding_parameters_per_rank(arch: ModelArchitecture, tp: int) -> int:
     return n
 
 
+def tied_table_parameters_per_rank(arch: ModelArchitecture, tp: int) -> int:
+    """The tied token table's share on one TP rank: the only part of the embedding the last
+    stage holds a copy of (and the first and last stages all-reduce); positions stay on the
+    first stage, as in Megatron's pipeline."""
+    return _shard(arch.vocab, tp) * arch.embedding_width if arch.tied_embeddings else 0
+
+
 def head_parameters_per_rank(arch: ModelArchitecture, tp: int, *, holds_embedding: bool) -> int:
     """Parameters of the output end on one TP rank: final norm, projection out, output matrix.
 

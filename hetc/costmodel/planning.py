@@ -57,8 +57,8 @@ from hetc.costmodel.compute import ComputeModel
 from hetc.costmodel.memory import (
     FrameworkOverhead,
     StageShape,
-    embedding_parameters_per_rank,
     stage_parameters_per_rank,
+    tied_table_parameters_per_rank,
 )
 from hetc.costmodel.network import link_between, ring_all_reduce_time, send_time
 from hetc.costmodel.profile import LayerProfile
@@ -309,7 +309,7 @@ class PlanningModel:
         shape = StageShape(
             first_block=first_block,
             end_block=end_block,
-            has_embedding=is_first or (is_last and self.arch.tied_embeddings),
+            has_embedding=is_first,
             has_head=is_last,
             tp=tp,
             microbatch=1,
@@ -337,7 +337,7 @@ class PlanningModel:
         ka, kb = self.kinds[kind_first], self.kinds[kind_last]
         za, zb, nic = self._link(ka.pool, kb.pool)
         link = link_between(self.spec.network, za, zb)
-        nbytes = embedding_parameters_per_rank(self.arch, ka.tp) * self.element
+        nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.element
         return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic)
 
     def _egress_price(self, pool_a: int, pool_b: int) -> float:
@@ -475,7 +475,7 @@ class PlanningModel:
         return max(
             2
             * dp
-            * embedding_parameters_per_rank(self.arch, self.kinds[a].tp)
+            * tied_table_parameters_per_rank(self.arch, self.kinds[a].tp)
             * self.element
             * self.egress_price(self.kinds[a].pool, self.kinds[b].pool)
             for a in first_kinds

@@ -11,8 +11,9 @@ peak and `cost` the money. Choices made here, each documented where it is made:
   replicas, bounded by the slowest link of the ring; all TP ranks of a node do it at once, so
   they share the node's NIC. Replicas with mixed TP degrees synchronise the shard size of the
   smallest TP degree (hetc's chunked synchronisation moves each element once per replica);
-- with tied embeddings and more than one stage, the first and last stages all-reduce the
-  embedding gradient, counted in both stages' synchronisation;
+- with tied embeddings and more than one stage, the last stage holds a copy of the token
+  table only (positions stay on the first stage, as in Megatron's pipeline), and the first and
+  last stages all-reduce that table's gradient, counted in both stages' synchronisation;
 - the optimizer update runs once per iteration, after synchronisation.
 """
 
@@ -34,9 +35,9 @@ from hetc.costmodel.memory import (
     MemoryBreakdown,
     StageShape,
     check_fits,
-    embedding_parameters_per_rank,
     rank_memory,
     stage_parameters_per_rank,
+    tied_table_parameters_per_rank,
 )
 from hetc.costmodel.network import (
     intra_node_link,
@@ -246,7 +247,7 @@ class _Context:
         return StageShape(
             first_block=s.first_block,
             end_block=s.end_block,
-            has_embedding=stage == 0 or (stage == last and self.arch.tied_embeddings),
+            has_embedding=stage == 0,
             has_head=stage == last,
             tp=tp,
             microbatch=self.plan.microbatch_size,
@@ -276,7 +277,7 @@ class _Context:
         return seconds + self.tied_embedding_time(stage)
 
     def tied_embedding_time(self, stage: int) -> float:
-        """First and last stage all-reduce the shared embedding's gradient, pair by pair."""
+        """First and last stage all-reduce the tied token table's gradient, pair by pair."""
         last = len(self.plan.stages) - 1
         if not self.arch.tied_embeddings or last == 0 or stage not in (0, last):
             return 0.0
@@ -284,7 +285,7 @@ class _Context:
         for path in self.plan.pipelines:
             first, final = self.replica(0, path.replicas[0]), self.replica(last, path.replicas[-1])
             link, nic = self.link(first, final)
-            nbytes = embedding_parameters_per_rank(self.arch, first.tp) * self.element
+            nbytes = tied_table_parameters_per_rank(self.arch, first.tp) * self.element
             worst = max(worst, ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic))
         return worst
 
@@ -305,7 +306,7 @@ class _Context:
                 add(a, b, per_boundary)
                 add(b, a, per_boundary)
             if self.arch.tied_embeddings and len(replicas) > 1:
-                nbytes = embedding_parameters_per_rank(self.arch, replicas[0].tp) * self.element
+                nbytes = tied_table_parameters_per_rank(self.arch, replicas[0].tp) * self.element
                 add(replicas[0], replicas[-1], float(nbytes))
                 add(replicas[-1], replicas[0], float(nbytes))
         for stage, s in enumerate(self.plan.stages):

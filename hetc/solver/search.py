@@ -47,6 +47,7 @@ then the other metric, rented devices, P, D, microbatch size, boundaries, assign
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,12 @@ APPROXIMATIONS = {
         " split that minimises its straggler"
     ),
 }
+
+SHALLOW_SHAPES = 24
+"""Shapes of one or two stages searched before the others (see `_shallow_first`)."""
+
+EXACT_COUNT_SPLITS = 20_000
+"""Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
 
 Progress = Callable[[int, float, "Candidate | None"], None]
 
@@ -159,12 +166,14 @@ class _Search:
         self.best: dict[tuple[object, ...], Candidate] = {}
         self.ranked: list[Candidate] = []
         self.evaluations = 0
+        self.greedy_counts = 0
+        """Leaves whose counts came from the greedy (see `cheapest_counts`)."""
         self.started = time.perf_counter()
         self.last_report = self.started
         self.approx = options.approximations
         self._layer_best: dict[tuple[int, int], list[float]] = {}
         self._sigma_order: dict[int, list[int]] = {}
-        self._sync_bound: dict[tuple[int, int], float] = {}
+        self._sync_bound: dict[int, float] = {}
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._options: list[tuple[int, ...]] | None = None
         self._combo_info: dict[
@@ -266,15 +275,12 @@ class _Search:
         least 1/P of the gradients."""
         if dp < 2:
             return 0.0
-        key = (stages, dp)
-        if key not in self._sync_bound:
+        if dp not in self._sync_bound:
             model = self.model
             whole = (0, model.blocks, True, True)
             kinds = range(len(model.kinds))
-            self._sync_bound[key] = (
-                min(model.ring(a, b, whole, dp) for a in kinds for b in kinds) / stages
-            )
-        return self._sync_bound[key]
+            self._sync_bound[dp] = min(model.ring(a, b, whole, dp) for a in kinds for b in kinds)
+        return self._sync_bound[dp] / stages
 
     def bound(self) -> float:
         """The objective value a candidate must beat (or tie) to become the best."""
@@ -289,7 +295,21 @@ class _Search:
         straggler = max(fill / stages, worst_layer, work * dp / free if free > 0 else 0.0)
         m = -(-(self.model.batch // mbs) // dp)
         t = fill + (m - 1) * straggler + self.sync_bound(stages, dp)
-        return self.objective_bound(t, dp * stages * self._min_tp * self._cheapest)
+        bound = self.objective_bound(t, dp * stages * self._min_tp * self._cheapest)
+        if self.objective == "min_cost":
+            bound = max(bound, self.work_cost(mbs))
+        return bound
+
+    def work_cost(self, mbs: int) -> float:
+        """Cost >= the device-seconds every microbatch needs at the cheapest rate per unit of
+        work: each of the B / m microbatches costs pool p at least W / sigma_p device-seconds
+        (`device_work`), paid at its price, whatever the layout."""
+        work, sigma = self.device_work(mbs)
+        cheapest = min(
+            (slot.pool.price / s for slot, s in zip(self.model.pools, sigma, strict=True) if s > 0),
+            default=0.0,
+        )
+        return (self.model.batch // mbs) * work[-1] * cheapest
 
     def objective_bound(self, t: float, rate: float) -> float:
         if self.objective == "max_throughput":
@@ -322,9 +342,15 @@ class _Search:
             if "dp-order" in self.approx:
                 self._dp_ordered(shapes)
             else:
+                for lb, mbs, stages, dp in self._shallow_first(shapes):
+                    if lb > self.bound():
+                        continue
+                    self._check_limits()
+                    self.shape(mbs, stages, dp)
                 for lb, mbs, stages, dp in shapes:
                     if lb > self.bound():
                         break
+                    self._check_limits()
                     self.shape(mbs, stages, dp)
         except _Stop as why:
             stop = str(why)
@@ -335,6 +361,16 @@ class _Search:
             seconds=time.perf_counter() - self.started,
             stop_reason=stop,
         )
+
+    def _shallow_first(
+        self, shapes: list[tuple[float, int, int, int]]
+    ) -> list[tuple[float, int, int, int]]:
+        """The most promising shapes of one and two stages, searched first: deep pipelines
+        have the loosest bounds, so an incumbent from a shallow one prunes most of them. The
+        main pass meets these shapes again; their memoised work is redone, not their answer
+        changed (the search is the same, only the incumbent is known earlier)."""
+        shallow = [s for s in shapes if s[2] <= 2]
+        return shallow[:SHALLOW_SHAPES]
 
     def _warm_start(self) -> None:
         """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
@@ -433,7 +469,8 @@ class _Search:
         them (H6: the zones of a region as one pool; counts per zone are chosen at the leaf)."""
         if self._options is None:
             model = self.model
-            options: list[tuple[int, ...]] = [(k.index,) for k in model.kinds]
+            twins = self._interchangeable_pools()
+            options: list[tuple[int, ...]] = [(k.index,) for k in model.kinds if k.pool in twins]
             merged: dict[tuple[str, int, str], list[int]] = {}
             for k in model.kinds:
                 region = model.pools[k.pool].zone.region
@@ -443,6 +480,26 @@ class _Search:
                 options = [o for o in options if self._one_region(o)]
             self._options = options
         return self._options
+
+    def _interchangeable_pools(self) -> set[int]:
+        """Pools to offer as one-pool options: of pools that differ only by zone name (same
+        region, device, node size, price, NIC and quota, no link override naming either
+        zone), the first two; a profile uses at most two options, so any profile on other
+        twins scores the same as one on these."""
+        model = self.model
+        named = {name for link in model.spec.network.links for name in link.between}
+        keep: set[int] = set()
+        seen: dict[tuple[object, ...], int] = {}
+        for slot in model.pools:
+            p = slot.pool
+            if slot.zone.name in named:
+                keep.add(slot.index)
+                continue
+            key = (slot.zone.region, p.device, p.gpus_per_node, p.price, p.nic_bandwidth, p.quota)
+            if seen.get(key, 0) < 2:
+                keep.add(slot.index)
+            seen[key] = seen.get(key, 0) + 1
+        return keep
 
     def option_time(self, option: tuple[int, ...], mbs: int, first: int, end: int) -> float:
         return self.model.stage_compute(option, mbs, first, end)
@@ -458,9 +515,15 @@ class _Search:
         m1 = -(-(model.batch // mbs) // dp) - 1
         fill_lb = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
         sync_lb = self.sync_bound(stages, dp)
-        profiles: list[tuple[tuple[int, ...], ...]] = [(o,) * stages for o in ordered]
-        for x, slow in enumerate(ordered):
-            for fast in ordered[x + 1 :]:
+        bound = self.bound()
+        hosts = [o for o in ordered if self._profile_fits_quota((o,), dp)]
+        alone = {o: fill_lb + m1 * speed[o] / stages + sync_lb for o in hosts}
+        useful = [o for o in hosts if not (self.objective == "max_throughput" and alone[o] > bound)]
+        profiles: list[tuple[tuple[int, ...], ...]] = [(o,) * stages for o in useful]
+        for x, slow in enumerate(hosts):
+            for fast in hosts[x + 1 :]:
+                if self.objective == "max_throughput" and alone[fast] > bound:
+                    continue
                 for n in range(1, stages):
                     profiles.append((slow,) * n + (fast,) * (stages - n))
         for sequence in profiles:
@@ -740,8 +803,49 @@ class _Search:
 
     def cheapest_counts(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
         """Replica counts for the kind sets with the least rental rate inside every quota and
-        max_gpus, or None if none fit. Exact: a dynamic programme over device counts per pool,
-        one stage at a time, keeping the first way to reach each count vector."""
+        max_gpus, or None if none fit. Exact (`_counts_by_dp`) while the splits of the mixed
+        stages number at most EXACT_COUNT_SPLITS; beyond, `_counts_greedy`, which fills
+        already-rented devices first, then the cheapest pool per device."""
+        splits = 1
+        for combo in sets:
+            splits *= math.comb(dp - 1, len(combo) - 1)
+            if splits > EXACT_COUNT_SPLITS:
+                self.greedy_counts += 1
+                return self._counts_greedy(sets, dp)
+        return self._counts_by_dp(sets, dp)
+
+    def _counts_greedy(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
+        model = self.model
+        used = [0] * len(model.pools)
+        chosen = []
+        for combo in sets:
+            counts = dict.fromkeys(combo, 1)
+            for k in combo:
+                used[model.kinds[k].pool] += model.kinds[k].tp
+            for _ in range(dp - len(combo)):
+                best_kind, best_cost = -1, math.inf
+                for k in combo:
+                    kind = model.kinds[k]
+                    slot = model.pools[kind.pool]
+                    if used[kind.pool] + kind.tp > self.capacity[kind.pool]:
+                        continue
+                    gpn = slot.pool.gpus_per_node
+                    spare = -used[kind.pool] % gpn
+                    cost = 0.0 if spare >= kind.tp else slot.pool.price * gpn
+                    if cost < best_cost:
+                        best_kind, best_cost = k, cost
+                if best_kind < 0:
+                    return None
+                counts[best_kind] += 1
+                used[model.kinds[best_kind].pool] += model.kinds[best_kind].tp
+            chosen.append(tuple(sorted(counts.items())))
+        if any(u > c for u, c in zip(used, self.capacity, strict=True)):
+            return None
+        return tuple(chosen)
+
+    def _counts_by_dp(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
+        """The exact least-rate counts: a dynamic programme over device counts per pool, one
+        stage at a time, keeping the first way to reach each count vector."""
         model = self.model
         pools = len(model.pools)
         states: dict[tuple[int, ...], tuple[tuple[tuple[int, int], ...], ...]] = {(0,) * pools: ()}
