@@ -105,3 +105,24 @@ def test_bundled_examples_plan(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", str(ROOT / "examples/local-cpu.yaml"), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["plans"]
+
+
+def test_progress_line_appears_only_after_a_second() -> None:
+    from hetc.solver.report import ProgressLine
+
+    printed: list[tuple[str, dict[str, object]]] = []
+    line = ProgressLine(lambda text="", **kw: printed.append((text, kw)))
+    line(10, 0.5, None)
+    assert not printed
+    line(1234, 1.5, None)
+    assert printed and "1,234 candidates" in printed[0][0] and printed[0][1]["err"] is True
+    line.close()
+    assert printed[-1][0] == ""
+
+
+def test_cp_sat_cross_check_reports_no_gap_on_a_small_spec(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--solver", "cp-sat", "--json"])
+    assert result.exit_code == 0, result.output
+    checked = json.loads(result.stdout)["cross_check"]
+    assert checked["cp_sat"] is not None
+    assert abs(checked["gap"]) <= 1e-9
