@@ -1,65 +1,77 @@
 """The CP-SAT cross-check of the search: the same problem for one fixed shape, by another method.
 
-For a fixed shape (microbatch size b, stage boundaries so P stages, D pipelines) a CP-SAT model
-chooses integer replica counts; its read-back counts are re-scored with the float
+For a fixed shape (microbatch size b, stage boundaries, so P stages, and D pipelines) a CP-SAT
+model chooses integer replica counts. Its counts are read back and re-scored with the float
 `PlanningModel.estimate`, and that score is what gets compared with the search. Notation:
 
-    i in 0..P-1         stages;  m = ceil(B / (b D)) microbatches of the busiest pipeline
-    k in K_i            replica kinds that fit stage i in memory (the others are absent)
-    p(k), z(k), tp(k)   a kind's pool, zone and TP degree
-    g_p, pi_p, N_p      a pool's gpus_per_node, USD per device-second, node quota
+    i in 0..P-1          stages;  m = ceil(B / (b D)) microbatches of the busiest pipeline
+    k in K_i             replica kinds that fit stage i in memory (the others are absent)
+    p(k), z(k), tp(k)    a kind's pool, zone and TP degree
+    g_p, pi_p, N_p^max   a pool's gpus_per_node, USD per device-second, nodes it may rent
 
-    n[i,k] in 0..D      replicas of stage i on kind k;          sum_k n[i,k] = D
-    x[i,k]              kind used:  x <= n <= D x
-    q[i,p] r[i,z] v[i,tau]   stage i uses pool p / zone z / TP degree tau (ORs of the x[i,k]);
-                        without mixed TP, exactly one v[i,tau] per stage
-    N_p in 0..N_p^max   rented nodes:  g_p N_p >= sum_(i, p(k) = p) tp(k) n[i,k]
+    variables
+    n[i,k] in 0..D       replicas of stage i on kind k;   sum_k n[i,k] = D
+    x[i,k]               kind used:  x <= n <= D x
+    q[i,p], r[i,z], v[i,tau]   stage i uses pool p, zone z, TP degree tau (each the OR of the
+                         x[i,k] concerned); without mixed TP, exactly one v[i,tau] per stage
+    N_p in 0..N_p^max    rented nodes:  g_p N_p >= sum over i and k of pool p of tp(k) n[i,k]
 
-    Constants from the planning model (seconds; USD for egress):
-    c[i,k], o[i,k]      forward + backward, optimizer step         stage_time
-    s(p,p')             one microbatch's activation send           send
-    y_i(k,k')           stage ring all-reduce, hop as slow as k-k' ring            (D >= 2)
-    e(k,k')             tied-embedding all-reduce, first to last stage  tied       (P >= 2)
-    a(z,z')             2 x activation bytes x B/b x price(z,z')   boundary_egress
-    h_i(z,z',lo,hi)     2 (D-1)/D x gradient bytes per rank at TP lo x hi x price(z,z')
-    f(k,k')             tied_egress of the pair
+    constants (seconds, or USD for egress; the planning method that gives each)
+    c[i,k], o[i,k]       forward + backward, optimizer step of one microbatch   stage_time
+    s(p,p')              activation send                                        send
+    y_i(k,k')            the stage's ring over D ranks, every hop like k-k'     ring (D >= 2)
+    d(k,k')              tied-embedding all-reduce, first stage to last         tied (P >= 2)
+    a(z,z')              2 x activation bytes x B / b x price(z,z')             boundary_egress
+    h_i(z,z',lo,hi)      2 (D-1) / D x gradient bytes per rank at TP lo x hi x price(z,z')
+    f(k,k')              the tied embedding's gradient, both ways, per pipeline tied_egress
 
-    t_i >= c[i,k] x[i,k]                            u_i >= o[i,k] x[i,k]
-    s_i >= s(p,p') (q[i,p] + q[i+1,p'] - 1)          (i < P-1; s_-1 = s_(P-1) = 0)
-    w_i >= y_i(k,k') (x[i,k] + x[i,k'] - 1)          (k <= k')
-    e   >= e(k,k') (x[0,k] + x[P-1,k'] - 1)
+    t_i >= c[i,k] x[i,k]                          u_i >= o[i,k] x[i,k]
+    s_i >= s(p,p') (q[i,p] + q[i+1,p'] - 1)        (i < P-1;  s_-1 = s_(P-1) = 0)
+    w_i >= y_i(k,k') (x[i,k] + x[i,k'] - 1)        (k <= k')
+    e   >= d(k,k') (x[0,k] + x[P-1,k'] - 1)
     S   >= t_i + s_(i-1) + s_i
     X   >= w_i + u_i  (+ e for i = 0 and i = P-1)
-    T    = sum_i t_i + 2 sum_i s_i + (m-1) S + X
+    T    = F + (m-1) S + X,   F = sum_i t_i + 2 sum_i s_i
     G_i >= a(z,z') (r[i,z] + r[i+1,z'] - 1)
-    H_i >= h_i(z,z',lo,hi) sum_z'' r[i,z'']   if r[i,z], r[i,z'], v[i,lo], v[i,hi] and no
-                                              v[i,tau] with tau < lo or tau > hi   (D >= 2)
+    H_i >= h_i(z,z',lo,hi) sum_z'' r[i,z'']        (D >= 2) when r[i,z], r[i,z'], v[i,lo],
+                                                   v[i,hi] and no v[i,tau] outside [lo, hi]
     E   >= f(k,k') (x[0,k] + x[P-1,k'] - 1)
     cost = T sum_p g_p pi_p N_p + sum_i G_i + sum_i H_i + E
 
-    minimise T (max_throughput) or cost (min_cost), subject to N_p <= N_p^max,
-    sum_p g_p N_p <= max_gpus, T <= 1 / min_throughput, cost <= max_cost_per_iteration.
+    minimise T (max_throughput) or cost (min_cost), subject to
+    sum_p g_p N_p <= max_gpus,  T <= 1 / min_throughput,  cost <= max_cost_per_iteration.
 
-Each ">=" is a maximum over indicator-selected constants: every variable has only lower bounds
-fixed by the counts and the objective and the limits only grow with it, so the least values,
-which are the module docstring terms of `planning` (t_i, s_i, y_i, u_i, S, F, the ring's Z_i
-zone crossings at the worst price, ...), are always a best choice. The counts alone determine
-the plan; T and cost are re-derived from them by `estimate`.
+How it maps to `planning`: t_i is `stage_compute`, s_i `send_between`, w_i + u_i
+`stage_sync`, e `tied_time`, S, F and T those of `time_of_sets`; G_i, H_i and E are
+`boundary_egress`, `ring_egress` (Z_i = sum_z r[i,z] crossings at the worst price of the zones
+used, the hop at the least and largest TP used) and `tied_egress`; N_p is `nodes` and the
+limits are `resource_problems` and `objective_problems`. Each ">=" is a maximum over
+indicator-selected constants: a variable has only lower bounds set by the counts, and the
+objective and the limits only grow with it, so its least value, the planning term, is always
+a best choice. Nothing but the counts is read back.
 
-The product T x rate: one enforcement literal per (pool, node count), a[p,v] = (N_p >= v) for
-v = 1..N_p^max, with W[p,v] >= T' enforced by a[p,v] and rent = sum_p g_p pi_p sum_v W[p,v].
-The issue suggests one literal per candidate straggler value, but T = F + (m-1) S + X and F
-and X vary with the counts too, so fixing S leaves a product; node counts take at most
-quota / g_p values, so this linearises rate x T exactly and keeps an LP relaxation.
+The product T x rate is linearised with one enforcement literal per pool and node count:
+a[p,j] = (N_p >= j) for j = 1..N_p^max, W[p,j] >= T enforced by a[p,j], and
+T x rate = sum_p g_p pi_p sum_j W[p,j]. The issue suggests one literal per candidate
+straggler value, but F and X vary with the counts as much as S does, so fixing S alone leaves
+a product; a pool's node count takes at most quota / g_p values, so this is exact and keeps
+every constraint linear.
 
-Integers: seconds are multiplied by tau = 1e12 / T^max and USD by mu = 1e17 / cost^max, with
-T^max and cost^max every term at its worst over the kinds that fit; each constant is rounded
-up, so the integer T and cost are never below tau T and mu cost of the same counts, and a plan
-the integer model accepts under the budget and throughput floor passes them in the float model
-too. The rent uses T' = ceil(T / rho), a copy of T with about 1e9 steps, so that rho T' at
-about 1e9 steps times the per-node rates at about 1e8 steps stays far inside int64 (1e17 of
-9.2e18) while keeping both factors to about 1e-8 of their range. Rounding can only reorder
-plans within that resolution, and ties there are broken arbitrarily.
+Integers: seconds are counted in steps of T^max / 2^30 and USD in steps of cost^max / 1e17,
+where T^max and cost^max put every term at its worst over the kinds that fit. Every constant
+is rounded up, so the integer T and cost are never below the float ones of the same counts
+and a plan accepted under the budget and the throughput floor passes them in the float model
+too. The integer T exceeds the float one by under 3 (P + m) steps, and a pool's rate per node
+(about 1e8 g_p pi_p T^max / cost^max steps per time step) by under one step: plans closer
+than that may be ordered either way. The split gives time and rate about the same relative
+resolution while the largest linear sum, the cost, stays near 1e17, far inside int64.
+
+The solver runs without presolve and without its LP relaxation (integer propagation and
+search alone), one worker, seed 0. CP-SAT 9.15's presolve loses feasible solutions of these
+models, answering INFEASIBLE, or OPTIMAL with a worse plan, where brute force over the counts
+finds better (`max_presolve_iterations = 0` made it rarer, not rare); with presolve off, the
+default LP stalls for tens of seconds on some three-stage min_cost shapes that propagation
+alone closes in milliseconds.
 """
 
 from __future__ import annotations
@@ -74,12 +86,12 @@ from ortools.sat.python import cp_model
 
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
 
-__all__ = ["CpSatSolution", "solve_all_shapes", "solve_shape"]
+__all__ = ["CpSatSolution", "objective_value", "solve_all_shapes", "solve_shape"]
 
 TIME_STEPS = 2**30
-"""Integer steps of the largest iteration time a shape can have (S to about 1e-12 x m)."""
+"""Integer steps of the largest iteration time a shape can have."""
 MONEY_STEPS = 10**17
-"""Integer steps of the largest cost a shape can have, 1/92 of int64."""
+"""Integer steps of the largest cost a shape can have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +129,7 @@ class _Terms:
     ring: tuple[dict[tuple[int, int], float], ...]
     """y_i(k,k') for k <= k'; empty for D = 1."""
     tied: dict[tuple[int, int], float]
-    """e(k,k'), first-stage kind first; empty for P = 1 or untied embeddings."""
+    """d(k,k'), first-stage kind first; empty for P = 1 or untied embeddings."""
     boundary_egress: tuple[dict[tuple[str, str], float], ...]
     """a(z,z') across boundary i, for priced zone pairs."""
     ring_egress: tuple[dict[tuple[str, str, int, int], float], ...]
@@ -129,6 +141,8 @@ class _Terms:
 
 
 def _terms(model: PlanningModel, shape: Shape, fits: Sequence[Sequence[int]]) -> _Terms:
+    """Every constant once, from the planning model's own cached methods, so the integer model
+    and `estimate` read the same numbers."""
     kinds, pools = model.kinds, model.pools
     stages, dp, mbs = shape.stages, shape.pipelines, shape.microbatch
     ranges = [model.layer_range(shape, i) for i in range(stages)]
@@ -136,6 +150,7 @@ def _terms(model: PlanningModel, shape: Shape, fits: Sequence[Sequence[int]]) ->
     stage_pools = [sorted({kinds[k].pool for k in fit}) for fit in fits]
     zones = tuple(tuple(sorted({pools[p].zone.name for p in sp})) for sp in stage_pools)
     zone_pool = {slot.zone.name: slot.index for slot in pools}
+    """Egress prices depend on the zones alone, so any pool stands for its zone."""
     price = {
         (za, zb): model.egress_price(zone_pool[za], zone_pool[zb])
         for za in zone_pool
@@ -193,7 +208,8 @@ def _terms(model: PlanningModel, shape: Shape, fits: Sequence[Sequence[int]]) ->
 
 
 def _pairs(items: Sequence[int]) -> Iterator[tuple[int, int]]:
-    """Unordered pairs of distinct positions and each item with itself, smaller first."""
+    """The pairs `stage_sync` takes its maximum over: each item with itself and with every
+    later one."""
     for x, a in enumerate(items):
         for b in items[x:]:
             yield a, b
@@ -217,19 +233,16 @@ def _time_bound(terms: _Terms, microbatches: int, unit: Callable[[float], int | 
     return sum(t) + 2 * sum(s) + (microbatches - 1) * straggler + max(sync)
 
 
-def _egress_bound(terms: _Terms, unit: Callable[[float], int | float]) -> float:
+def _egress_bound(terms: _Terms) -> float:
     """Egress with every term at its worst (a ring crossing every zone it can use)."""
-    total = sum(unit(max(d.values(), default=0.0)) for d in terms.boundary_egress)
-    total += sum(
-        unit(max(d.values(), default=0.0)) * len(zones)
-        for d, zones in zip(terms.ring_egress, terms.zones, strict=True)
-    )
-    return total + unit(max(terms.tied_egress.values(), default=0.0))
+    total = sum(_worst(d) for d in terms.boundary_egress)
+    total += sum(_worst(d) * len(z) for d, z in zip(terms.ring_egress, terms.zones, strict=True))
+    return total + _worst(terms.tied_egress)
 
 
 # -- the model ---------------------------------------------------------------------------
 
-Key = TypeVar("Key", int, str)
+_Key = TypeVar("_Key", int, str)
 _Expr = cp_model.LinearExpr | int
 
 
@@ -275,10 +288,10 @@ class _Formulation:
     def time_var(self) -> cp_model.IntVar:
         return self.cp.new_int_var(0, self.time_hi, "")
 
-    def _grouped(self, stage: int, group: Callable[[int], Key]) -> dict[Key, cp_model.IntVar]:
+    def _grouped(self, stage: int, group: Callable[[int], _Key]) -> dict[_Key, cp_model.IntVar]:
         """q, r or v of the docstring: per value of `group`, the OR of the stage's x[i,k]."""
         used = self.used[stage]
-        out: dict[Key, cp_model.IntVar] = {}
+        out: dict[_Key, cp_model.IntVar] = {}
         for value in sorted({group(k) for k in used}):
             members: list[cp_model.IntVar] = [x for k, x in used.items() if group(k) == value]
             out[value] = self.cp.new_bool_var("")
@@ -362,7 +375,7 @@ class _Formulation:
         pools = self.model.pools
         rates = {p: pools[p].pool.gpus_per_node * pools[p].pool.price for p in self.nodes}
         usd_hi = self.seconds_hi * sum(rates[p] * self.node_max[p] for p in rates)
-        usd_hi += _egress_bound(self.terms, float)
+        usd_hi += _egress_bound(self.terms)
         if usd_hi <= 0:
             return
         self.per_usd = MONEY_STEPS / usd_hi
@@ -464,6 +477,8 @@ def solve_shape(
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
+    solver.parameters.cp_model_presolve = False
+    solver.parameters.linearization_level = 0
     if time_limit is not None:
         solver.parameters.max_time_in_seconds = time_limit
     status = solver.solve(formulation.cp)

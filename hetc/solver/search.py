@@ -37,7 +37,7 @@ turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerat
 one kind or one H6 region-wide set per stage, at most two per pipeline, min-max splits),
 `dp-order` (Sailor's H3/H4: D from large to small for throughput, small to large for cost,
 stopping when the objective stops improving), `one-region-stage` (H5: a stage's replicas in
-one region). bench/planner.py measures what each costs in plan quality.
+one region). bench/approximations.py measures what each costs in plan quality.
 
 Only the best candidate is proven best. `top` > 1 adds, per other signature (P, D, m and
 the devices of each stage), the best candidate the search scored: good alternatives, not
