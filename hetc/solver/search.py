@@ -73,6 +73,10 @@ APPROXIMATIONS = {
     ),
 }
 
+SPLIT_TOLERANCE = 1e-6
+"""Relative width at which the straggler bisection of `min_max_split` stops: splits whose
+stragglers differ by less are the same plan to within the model's accuracy."""
+
 SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `_shallow_first`)."""
 
@@ -176,6 +180,7 @@ class _Search:
         self._sync_bound: dict[int, float] = {}
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._options: list[tuple[int, ...]] | None = None
+        self._quota_fits: dict[tuple[object, ...], bool] = {}
         self._combo_info: dict[
             tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]
         ] = {}
@@ -536,19 +541,33 @@ class _Search:
                 continue
             if self.time_cap is not None and lb_t > self.time_cap:
                 continue
-            boundaries = self.min_max_split(sequence, mbs, dp)
+            boundaries = self.min_max_split(sequence, mbs, dp, 1.0 / capacity)
             if boundaries is None:
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
 
     def _profile_fits_quota(self, sequence: Sequence[tuple[int, ...]], dp: int) -> bool:
+        """Whether the profile's stages fit every quota and max_gpus (cached per run length:
+        a profile is at most two runs of one option each)."""
+        runs: dict[tuple[int, ...], int] = {}
+        for option in sequence:
+            runs[option] = runs.get(option, 0) + 1
+        key = (tuple(sorted(runs.items())), dp)
+        cached = self._quota_fits.get(key)
+        if cached is None:
+            cached = self._runs_fit(runs, dp)
+            self._quota_fits[key] = cached
+        return cached
+
+    def _runs_fit(self, runs: dict[tuple[int, ...], int], dp: int) -> bool:
         kinds, need = self.model.kinds, [0] * len(self.capacity)
         spread: dict[tuple[int, ...], int] = {}
-        for option in sequence:
+        for option, stages in runs.items():
+            devices = stages * dp * kinds[option[0]].tp
             if len(option) == 1:
-                need[kinds[option[0]].pool] += dp * kinds[option[0]].tp
+                need[kinds[option[0]].pool] += devices
             else:
-                spread[option] = spread.get(option, 0) + dp * kinds[option[0]].tp
+                spread[option] = spread.get(option, 0) + devices
         if any(n > c for n, c in zip(need, self.capacity, strict=True)):
             return False
         for option, devices in spread.items():
@@ -568,12 +587,14 @@ class _Search:
         budget: float,
     ) -> bool:
         """Layers [first, end) on `option` stay within `budget` seconds and in memory."""
-        return self.option_time(option, mbs, first, end) <= budget and all(
-            self.model.fits(k, mbs, first, end, dp, flight) for k in option
-        )
+        model = self.model
+        for k in option:
+            if model.stage_time(k, mbs, first, end)[0] > budget:
+                return False
+        return all(model.fits(k, mbs, first, end, dp, flight) for k in option)
 
     def min_max_split(
-        self, sequence: Sequence[tuple[int, ...]], mbs: int, dp: int
+        self, sequence: Sequence[tuple[int, ...]], mbs: int, dp: int, floor: float = 0.0
     ) -> tuple[int, ...] | None:
         """The boundaries minimising max_i (t_i + sends) for this sequence of options:
         bisection on the straggler, each test filling stages greedily (as many blocks as fit
@@ -617,8 +638,8 @@ class _Search:
         best = fill(top)
         if best is None:
             return None
-        low = 0.0
-        for _ in range(40):
+        low = floor
+        while top - low > SPLIT_TOLERANCE * top:
             mid = (low + top) / 2
             found = fill(mid)
             if found is None:
