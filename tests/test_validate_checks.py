@@ -387,3 +387,13 @@ def test_warmup_is_compared_with_the_default_run_length() -> None:
     (warning,) = check_text(text, "s.yaml").warnings
     assert warning.path == "training.lr_schedule.warmup_steps"
     assert "whole run of 1000 steps" in warning.message
+
+
+def test_an_integer_beyond_any_float_is_reported_not_a_crash() -> None:
+    """Found by the property test: `float(10**400)` raised OverflowError (exit 70)."""
+
+    def huge(spec: dict[str, Any]) -> None:
+        spec["constraints"] = {"min_throughput": 10**400}
+
+    (message,) = _check(huge)
+    assert "constraints.min_throughput: 401-digit number is too large" in message

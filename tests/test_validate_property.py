@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -228,7 +229,12 @@ def quantity_ok(value: Any, dimension: str) -> bool:
 
 
 def _non_finite(value: Any) -> bool:
-    return any(isinstance(v, float) and not math.isfinite(v) for _, v in _walk(value))
+    """NaN, infinities, and integers no float can hold (hetc computes in floats)."""
+    return any(
+        (isinstance(v, float) and not math.isfinite(v))
+        or (isinstance(v, int) and not isinstance(v, bool) and abs(v) > sys.float_info.max)
+        for _, v in _walk(value)
+    )
 
 
 def wrong_on_its_own(path: Path_, value: Any) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
@@ -84,9 +85,14 @@ def _expected(types: str | list[str]) -> str:
 
 
 def non_finite_numbers(data: Any, path: Path = ()) -> Iterator[Finding]:
-    """NaN and infinities anywhere (JSON Schema's comparisons let NaN through)."""
+    """NaN and infinities anywhere (JSON Schema's comparisons let NaN through), and integers
+    beyond the largest float, which no computation on the spec could convert."""
     if isinstance(data, float) and not math.isfinite(data):
         yield Finding(path, f"{data!r} is not a finite number (write a real value)")
+    elif isinstance(data, int) and not isinstance(data, bool) and abs(data) > sys.float_info.max:
+        yield Finding(
+            path, f"{len(str(abs(data)))}-digit number is too large (at most about 1.8e308)"
+        )
     elif isinstance(data, dict):
         for key, value in data.items():
             yield from non_finite_numbers(value, (*path, key))

@@ -466,9 +466,13 @@ def solve_shape(
     time_limit: float | None = None,
     upper_bound: float | None = None,
 ) -> CpSatSolution | None:
-    """CP-SAT's best counts for `shape`, re-scored by the float model; None when nothing is
-    feasible (or nothing at most `upper_bound`, up to the rounding of the module docstring)
-    or when the float model rejects the counts CP-SAT found."""
+    """CP-SAT's best counts for `shape`, re-scored by the float model.
+
+    None when nothing is feasible (or nothing at most `upper_bound`, up to the rounding of the
+    module docstring), when `time_limit` stops CP-SAT before it finds any counts, or when the
+    float model rejects the counts it found. Without presolve and LP, shapes of a few stages
+    and a dozen kinds take milliseconds to seconds; the examples' P = 8, D = 16 shapes are not
+    proved optimal within a minute."""
     fits = _fitting(model, shape)
     if not all(fits):
         return None
