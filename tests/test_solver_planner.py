@@ -273,3 +273,20 @@ def test_planner_and_simulator_agree_on_every_rank_s_memory() -> None:
         expected = peak_memory(table, first, end, 1, min(3 - i, m))
         got = [r.memory.total for r in ranks if r.stage == i]
         assert got == [pytest.approx(expected, rel=1e-12)] * len(got), i
+
+
+def test_declared_approximations_return_feasible_plans_of_their_kind() -> None:
+    """`one-region-stage` keeps each stage in one region; `dp-order` and `kind-profiles`
+    return feasible candidates no better than the exact optimum (they search less)."""
+    spec = tiny()
+    model = PlanningModel(spec)
+    exact = search(model, SearchOptions()).candidates[0].value
+    for name in ("dp-order", "kind-profiles", "one-region-stage"):
+        found = search(PlanningModel(spec), SearchOptions(approximations=frozenset({name})))
+        assert found.candidates, name
+        best = found.candidates[0]
+        assert best.estimate.feasible and best.value >= exact * (1 - 1e-12), name
+        if name == "one-region-stage":
+            for stage in best.assignment:
+                regions = {model.pools[model.kinds[k].pool].zone.region for k, _ in stage}
+                assert len(regions) == 1

@@ -1,5 +1,7 @@
 """The joint search over resources and parallelisation, and its CP-SAT cross-check.
 
-OR-Tools is imported lazily, only when the cross-check is asked for. Arrives with the planner
-issue (#4).
+`planner.plan_spec` is the entry point (search, build, simulate, capability check);
+`planner.diagnose` explains an infeasible spec; `report` formats `hetc plan`; `search` is the
+branch and bound over `costmodel.planning`; `build` turns a candidate into a Plan; `cpsat`
+models one shape in OR-Tools CP-SAT, imported only when the cross-check is asked for.
 """

@@ -261,6 +261,7 @@ def _result_json(
         "complete": search.complete,
         "stop_reason": search.stop_reason or None,
         "evaluations": search.evaluations,
+        "greedy_count_leaves": search.greedy_count_leaves,
         "search_seconds": search.seconds,
         "approximations": sorted(result.approximations),
         "plans": [

@@ -148,6 +148,8 @@ class SearchResult:
     """False when a time or evaluation limit stopped the search early."""
     seconds: float
     stop_reason: str = ""
+    greedy_count_leaves: int = 0
+    """Leaves whose replica counts came from the greedy, not the exact programme."""
 
 
 class _Stop(Exception):
@@ -365,6 +367,7 @@ class _Search:
             complete=not stop,
             seconds=time.perf_counter() - self.started,
             stop_reason=stop,
+            greedy_count_leaves=self.greedy_counts,
         )
 
     def _shallow_first(
@@ -393,6 +396,7 @@ class _Search:
         seed.started = self.started
         result = seed.run()
         self.evaluations += result.evaluations
+        self.greedy_counts += result.greedy_count_leaves
         for candidate in result.candidates:
             self.offer(candidate)
         if not result.complete:
