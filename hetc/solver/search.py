@@ -39,8 +39,8 @@ one kind or one H6 region-wide set per stage, at most two per pipeline, min-max 
 stopping when the objective stops improving), `one-region-stage` (H5: a stage's replicas in
 one region). bench/approximations.py measures what each costs in plan quality.
 
-Only the best candidate is proven best. `top` > 1 adds, per other signature (P, D, m and
-the devices of each stage), the best candidate the search scored: good alternatives, not
+Only the best candidate is proven best. `top` > 1 adds, per other signature (P, m and the
+devices of each stage), the best candidate the search scored: good alternatives, not
 proven second best. Ties are broken by the documented order in `Candidate.key`: objective,
 then the other metric, rented devices, P, D, microbatch size, boundaries, assignment.
 """
@@ -116,11 +116,13 @@ class Candidate:
         )
 
     def signature(self, model: PlanningModel) -> tuple[object, ...]:
-        """What makes two candidates different in shape (top-k lists distinct signatures)."""
+        """What makes two candidates different in shape (top-k lists distinct signatures):
+        P, the microbatch size and each stage's devices; D alone is not (a plan with one
+        pipeline fewer is no alternative worth showing)."""
         devices = tuple(
             tuple(sorted({model.kinds[k].device for k, _ in stage})) for stage in self.assignment
         )
-        return (self.shape.stages, self.shape.pipelines, self.shape.microbatch, devices)
+        return (self.shape.stages, self.shape.microbatch, devices)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
