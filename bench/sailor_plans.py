@@ -31,13 +31,15 @@ get None.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
 
 from hetc import __version__
 from hetc.costmodel.planning import Assignment, PlanningModel, Shape
-from hetc.plan import Node, Pipeline, Plan, Replica, Stage
+from hetc.plan import Pipeline, Plan, Stage
 from hetc.schema.spec import Spec, spec_hash
+from hetc.solver.build import place_replicas
 
 __all__ = ["SAILOR_REPORTED", "SailorReport", "sailor_plan"]
 
@@ -287,44 +289,14 @@ def _balanced_split(model: PlanningModel, layout: Layout) -> tuple[int, ...] | N
 def _build(spec: Spec, model: PlanningModel, layout: Layout, boundaries: tuple[int, ...]) -> Plan:
     mbs, stages = layout
     dp = _dp(layout)
-    requests: dict[int, list[tuple[int, int, int]]] = {}
+    requests: dict[int, list[tuple[int, int, Hashable]]] = {}
     for i, groups in enumerate(stages):
         position = 0
         for pool, tp, count in groups:
             for _ in range(count):
-                requests.setdefault(pool, []).append((-tp, i, position))
+                requests.setdefault(pool, []).append((tp, i, (i, position)))
                 position += 1
-    placed: dict[tuple[int, int], Replica] = {}
-    nodes: list[Node] = []
-    for slot in model.pools:
-        items = sorted(requests.get(slot.index, []))
-        gpn = slot.pool.gpus_per_node
-        ids = [
-            f"{slot.pool.name}@{slot.zone.name}/n{k}"
-            for k in range(-(-sum(-t for t, _, _ in items) // gpn))
-        ]
-        nodes += [
-            Node(
-                id=node_id,
-                zone=slot.zone.name,
-                region=slot.zone.region,
-                pool=slot.pool.name,
-                device=slot.pool.device,
-                devices=gpn,
-            )
-            for node_id in ids
-        ]
-        cursor = 0
-        for neg_tp, stage, position in items:
-            tp = -neg_tp
-            node, local = divmod(cursor, gpn)
-            placed[stage, position] = Replica(
-                device=slot.pool.device,
-                tp=tp,
-                node=ids[node],
-                local_ranks=tuple(range(local, local + tp)),
-            )
-            cursor += tp
+    nodes, placed = place_replicas(model, requests)
     plan_stages = tuple(
         Stage(
             first_block=boundaries[i],

@@ -20,7 +20,8 @@ import typer
 
 from hetc import __version__
 
-EXIT_INVALID, EXIT_INFEASIBLE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 1, 3, 4, 70
+EXIT_INVALID, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 1, 2, 4, 70
+"""Exit 3 (infeasible) comes from `solver.report.run_plan_command`, which returns it."""
 
 app = typer.Typer(
     add_completion=False,
@@ -214,9 +215,10 @@ def plan_command(
     """Choose the devices to rent and how to parallelise over them; print the best plans."""
     from hetc.solver.report import run_plan_command
 
-    checked = _checked_spec(spec)
     if solver not in ("search", "cp-sat"):
-        raise typer.BadParameter("use `search` or `cp-sat`", param_hint="--solver")
+        typer.echo(f"hetc: --solver {solver!r}: use `search` or `cp-sat`", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    checked = _checked_spec(spec)
     chosen: frozenset[str] | None = None
     if exact:
         chosen = frozenset()

@@ -126,3 +126,12 @@ def test_cp_sat_cross_check_reports_no_gap_on_a_small_spec(tmp_path: Path) -> No
     checked = json.loads(result.stdout)["cross_check"]
     assert checked["cp_sat"] is not None
     assert abs(checked["gap"]) <= 1e-9
+
+
+def test_bad_solver_and_missing_spec_are_clear_errors(tmp_path: Path) -> None:
+    bad = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--solver", "glpk"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert "search" in bad.stderr and "cp-sat" in bad.stderr
+    missing = runner.invoke(app, ["plan", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 4 and "To fix:" in missing.stderr
+    assert "Traceback" not in missing.output

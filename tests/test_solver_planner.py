@@ -290,3 +290,18 @@ def test_declared_approximations_return_feasible_plans_of_their_kind() -> None:
             for stage in best.assignment:
                 regions = {model.pools[model.kinds[k].pool].zone.region for k, _ in stage}
                 assert len(regions) == 1
+
+
+def test_place_replicas_fills_nodes_without_splitting_a_replica() -> None:
+    """Mixed TP degrees on 4-device nodes: 4 + 2 + 1 + 1 + 2 devices need exactly 3 nodes,
+    every replica's ranks lie inside one node, and no device is used twice."""
+    from hetc.solver.build import place_replicas
+
+    model = PlanningModel(tiny())
+    pool = next(s.index for s in model.pools if s.pool.device == "A100-40GB")
+    requests = {pool: [(4, 0, "a"), (2, 0, "b"), (1, 1, "c"), (1, 1, "d"), (2, 1, "e")]}
+    nodes, placed = place_replicas(model, requests)
+    assert len(nodes) == 3 and set(placed) == set("abcde")
+    used = [(r.node, rank) for r in placed.values() for rank in r.local_ranks]
+    assert len(used) == len(set(used)) == 10
+    assert all(max(r.local_ranks) < 4 and len(r.local_ranks) == r.tp for r in placed.values())

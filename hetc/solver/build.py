@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
 from itertools import pairwise
 
 from hetc import __version__
 from hetc.costmodel.planning import Assignment, PlanningModel, Shape
 from hetc.plan import Node, Pipeline, Plan, Replica, Stage
 
-__all__ = ["batch_shares", "build_plan"]
+__all__ = ["batch_shares", "build_plan", "place_replicas"]
 
 
 def batch_shares(fill: list[float], period: list[float], microbatches: int) -> list[int]:
@@ -49,24 +50,18 @@ def batch_shares(fill: list[float], period: list[float], microbatches: int) -> l
     return counts
 
 
-def build_plan(
-    model: PlanningModel, shape: Shape, assignment: Assignment, *, spec_hash: str
-) -> Plan:
-    """The Plan for one candidate (which must be consistent: counts add up to D per stage)."""
-    kinds = model.kinds
-    by_pool: dict[int, list[tuple[int, int, int, int]]] = defaultdict(list)
-    order = 0
-    for stage, counts in enumerate(assignment):
-        for kind, count in counts:
-            for _ in range(count):
-                by_pool[kinds[kind].pool].append((-kinds[kind].tp, stage, order, kind))
-                order += 1
+def place_replicas(
+    model: PlanningModel, requests: Mapping[int, Sequence[tuple[int, int, Hashable]]]
+) -> tuple[list[Node], dict[Hashable, Replica]]:
+    """Nodes for every pool and a Replica per request: `requests[pool]` lists (TP, stage,
+    key) triples. Largest TP first, then by stage, packed sequentially (see the module
+    docstring for why that never splits a replica and rents ceil(devices / node) nodes)."""
     nodes: list[Node] = []
-    placed: dict[int, Replica] = {}
+    placed: dict[Hashable, Replica] = {}
     for slot in model.pools:
-        items = sorted(by_pool.get(slot.index, []))
+        items = sorted(requests.get(slot.index, ()), key=lambda r: (-r[0], r[1]))
         gpn = slot.pool.gpus_per_node
-        used = sum(-neg_tp for neg_tp, *_ in items)
+        used = sum(tp for tp, _, _ in items)
         ids = [f"{slot.pool.name}@{slot.zone.name}/n{k}" for k in range(-(-used // gpn))]
         nodes += [
             Node(
@@ -80,8 +75,7 @@ def build_plan(
             for node_id in ids
         ]
         position = 0
-        for neg_tp, _stage, key, _kind in items:
-            tp = -neg_tp
+        for tp, _stage, key in items:
             node, local = divmod(position, gpn)
             placed[key] = Replica(
                 device=slot.pool.device,
@@ -90,6 +84,22 @@ def build_plan(
                 local_ranks=tuple(range(local, local + tp)),
             )
             position += tp
+    return nodes, placed
+
+
+def build_plan(
+    model: PlanningModel, shape: Shape, assignment: Assignment, *, spec_hash: str
+) -> Plan:
+    """The Plan for one candidate (which must be consistent: counts add up to D per stage)."""
+    kinds = model.kinds
+    requests: dict[int, list[tuple[int, int, Hashable]]] = defaultdict(list)
+    order = 0
+    for stage, counts in enumerate(assignment):
+        for kind, count in counts:
+            for _ in range(count):
+                requests[kinds[kind].pool].append((kinds[kind].tp, stage, order))
+                order += 1
+    nodes, placed = place_replicas(model, requests)
     stages, rank_orders = [], []
     order = 0
     for stage, counts in enumerate(assignment):
