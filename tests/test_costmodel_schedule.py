@@ -10,9 +10,9 @@ from hetc.costmodel.schedule import (
     PipelineTimes,
     closed_form_iteration,
     last_backward_end,
-    one_f_one_b_order,
     simulate_1f1b,
 )
+from hetc.plan.topology import one_f_one_b_order
 
 
 def _times(f: tuple[float, ...], b: tuple[float, ...], m: int, send: float = 0.0) -> PipelineTimes:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetc.plan.topology import one_f_one_b_order
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PipelineTimes:
@@ -90,20 +92,6 @@ class Timeline:
         """Share of the iteration this rank spent idle."""
         work = sum(i.end - i.start for i in self.busy[pipeline, stage])
         return 1.0 - work / self.iteration_time if self.iteration_time else 0.0
-
-
-def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
-    """The non-interleaved 1F1B order of one stage: warm-up forwards, alternate, drain."""
-    warmup = min(stages - stage - 1, microbatches)
-    order = [("F", j) for j in range(warmup)]
-    forward, backward = warmup, 0
-    while backward < microbatches:
-        if forward < microbatches:
-            order.append(("F", forward))
-            forward += 1
-        order.append(("B", backward))
-        backward += 1
-    return order
 
 
 def simulate_1f1b(
