@@ -219,18 +219,13 @@ def plan_command(
         typer.echo(f"hetc: --solver {solver!r}: use `search` or `cp-sat`", err=True)
         raise typer.Exit(EXIT_USAGE)
     checked = _checked_spec(spec)
-    chosen: frozenset[str] | None = None
-    if exact:
-        chosen = frozenset()
-    elif approximations is not None:
-        chosen = frozenset(a.strip() for a in approximations.split(",") if a.strip())
     code = run_plan_command(
         checked,
         str(spec.parent),
         top=top,
         as_json=as_json,
         explain=explain,
-        approximations=chosen,
+        approximations=_approximations(exact, approximations),
         time_limit=time_limit,
         eval_limit=eval_limit,
         solver=solver,
@@ -238,6 +233,66 @@ def plan_command(
     )
     if code:
         raise typer.Exit(code)
+
+
+@app.command("compile")
+@_guarded
+def compile_command(
+    spec: Annotated[Path, typer.Argument(help="The spec to compile.")],
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="Output: a link to out.<hash>/, swapped atomically."),
+    ],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace an output hetc did not write (or was edited).")
+    ] = False,
+    top: Annotated[
+        int, typer.Option("--top", min=1, help="Plans in the report: the best and alternatives.")
+    ] = 3,
+    exact: Annotated[
+        bool, typer.Option("--exact", help="No approximations, whatever the cluster size.")
+    ] = False,
+    approximations: Annotated[
+        str | None,
+        typer.Option("--approximations", help="Comma-separated approximations; '' for none."),
+    ] = None,
+    time_limit: Annotated[
+        float | None, typer.Option("--time-limit", min=0.0, help="Search seconds.")
+    ] = None,
+    eval_limit: Annotated[
+        int | None, typer.Option("--eval-limit", min=1, help="Scored candidates.")
+    ] = None,
+    cross_check: Annotated[
+        bool, typer.Option("--cross-check", help="Also solve the chosen shape with CP-SAT.")
+    ] = False,
+) -> None:
+    """Plan the spec and write plan, topology, DeepSpeed configs, launch scripts and report."""
+    from hetc.emit.command import run_compile_command
+
+    checked = _checked_spec(spec)
+    code = run_compile_command(
+        checked,
+        spec,
+        output,
+        force=force,
+        top=top,
+        approximations=_approximations(exact, approximations),
+        time_limit=time_limit,
+        eval_limit=eval_limit,
+        check_with_cp_sat=cross_check,
+        echo=typer.echo,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
+def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
+    """--exact / --approximations as the planner takes them (None: its default)."""
+    if exact:
+        return frozenset()
+    if given is not None:
+        return frozenset(a.strip() for a in given.split(",") if a.strip())
+    return None
 
 
 def _checked_spec(spec: Path) -> Any:

@@ -30,18 +30,26 @@ export SLURM_CONF="$CONF"
 
 log() { echo "slurm-local: $*" >&2; }
 
+STARTING=0
+
 show_logs() {
     local f
-    for f in "$MUNGE_DIR/munged.log" "$DIR"/log/*.log; do
+    for f in "$DIR/log/slurmctld.log" "$DIR"/log/slurmd-*.log "$MUNGE_DIR/munged.log"; do
         [ -f "$f" ] || continue
         echo "----- tail of $f -----" >&2
-        tail -n 30 "$f" >&2 || true
+        tail -n 15 "$f" >&2 || true
     done
 }
 
+# Report an error and exit; during start, also print the daemons' logs and stop what started.
 fail() {
     log "error: $*"
-    show_logs
+    if [ "$STARTING" = 1 ]; then
+        STARTING=0
+        show_logs
+        log "stopping what was started"
+        cmd_stop || true
+    fi
     exit 1
 }
 
@@ -52,8 +60,15 @@ live_pid() {
     pid=$(tr -dc '0-9' <"$pidfile")
     [ -n "$pid" ] || return 1
     comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-    [ "$comm" = "$prog" ] || return 1
+    [ "$comm" = "$prog" ] && alive "$pid" || return 1
     echo "$pid"
+}
+
+# True while a process exists and is not a zombie (a zombie waits only for its parent to reap it).
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
 }
 
 ctld_pidfile() { echo "$DIR/run/slurmctld.pid"; }
@@ -61,6 +76,40 @@ slurmd_pidfile() { echo "$DIR/run/slurmd-$1.pid"; }
 munged_pidfile() { echo "$MUNGE_DIR/munged.pid"; }
 
 ctld_answers() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
+
+# Fails the start at once if the daemon of a PID file that exists has died.
+check_running() {
+    local pidfile=$1 prog=$2
+    if [ -s "$pidfile" ] && ! live_pid "$pidfile" "$prog" >/dev/null; then
+        fail "$prog exited (see its log below)"
+    fi
+}
+
+ctld_started() {
+    ctld_answers && return 0
+    check_running "$(ctld_pidfile)" slurmctld
+    return 1
+}
+
+nodes_started() {
+    nodes_ready && return 0
+    local node
+    for node in "${NODES[@]}"; do
+        check_running "$(slurmd_pidfile "$node")" slurmd
+    done
+    return 1
+}
+
+# True if a daemon of this cluster runs.
+any_running() {
+    local node
+    live_pid "$(munged_pidfile)" munged >/dev/null && return 0
+    live_pid "$(ctld_pidfile)" slurmctld >/dev/null && return 0
+    for node in "${NODES[@]}"; do
+        live_pid "$(slurmd_pidfile "$node")" slurmd >/dev/null && return 0
+    done
+    return 1
+}
 
 # True when every fake node is known to slurmctld, responding and usable.
 nodes_ready() {
@@ -86,8 +135,9 @@ install_packages() {
     export DEBIAN_FRONTEND=noninteractive
     if ! compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null \
         || ! apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; then
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+        apt-get update -qq || fail "apt-get update failed"
+        apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null \
+            || fail "apt-get install ${pkgs[*]} failed"
     fi
 }
 
@@ -162,7 +212,7 @@ start_munged() {
     live_pid "$(munged_pidfile)" munged >/dev/null && return 0
     mkdir -p "$MUNGE_DIR"
     chown munge:munge "$MUNGE_DIR"
-    chmod 700 "$MUNGE_DIR"
+    chmod 755 "$MUNGE_DIR"
     if [ ! -s "$MUNGE_KEY" ]; then
         log "creating $MUNGE_KEY"
         mkdir -p "$(dirname "$MUNGE_KEY")"
@@ -195,8 +245,13 @@ cmd_start() {
         echo "export SLURM_CONF=$CONF"
         return 0
     fi
+    STARTING=1
     install_packages
     write_config
+    if ! any_running; then
+        # A fresh start: logs and PID files of an earlier run would only confuse.
+        rm -f "$DIR"/log/*.log "$DIR"/run/*.pid "$MUNGE_DIR/munged.log" "$MUNGE_DIR/munged.pid"
+    fi
     add_hosts_line
     start_munged
     wait_until "the munge socket" test -S "$MUNGE_SOCKET"
@@ -204,35 +259,43 @@ cmd_start() {
         # -c: forget jobs of an earlier run of this cluster.
         slurmctld -c -f "$CONF" || fail "slurmctld did not start"
     fi
-    wait_until "slurmctld to answer scontrol ping" ctld_answers
+    wait_until "slurmctld to answer scontrol ping" ctld_started
     local node
     for node in "${NODES[@]}"; do
         if ! live_pid "$(slurmd_pidfile "$node")" slurmd >/dev/null; then
             slurmd -f "$CONF" -N "$node" || fail "slurmd -N $node did not start"
         fi
     done
-    wait_until "all nodes to be idle" nodes_ready
+    wait_until "all nodes to be idle" nodes_started
+    STARTING=0
     sinfo >&2
     echo "export SLURM_CONF=$CONF"
 }
 
-# Send TERM to the process in a PID file, wait for it to exit, KILL it after the timeout.
-stop_daemon() {
-    local pidfile=$1 prog=$2 pid deadline
-    pid=$(live_pid "$pidfile" "$prog") || {
-        rm -f "$pidfile"
-        return 0
-    }
-    kill -TERM "$pid" 2>/dev/null || true
-    deadline=$((SECONDS + TIMEOUT))
-    while kill -0 "$pid" 2>/dev/null; do
-        if [ "$SECONDS" -ge "$deadline" ]; then
-            log "$prog ($pid) still running after ${TIMEOUT}s: sending KILL"
-            kill -KILL "$pid" 2>/dev/null || true
-        fi
-        sleep 0.1
+# Send TERM to the processes in the given PID files (pairs: pidfile program), wait for them all
+# to exit, KILL what is left after the timeout.
+stop_daemons() {
+    local pidfile prog pid deadline
+    local -a pids=() files=()
+    while [ "$#" -ge 2 ]; do
+        pidfile=$1 prog=$2
+        shift 2
+        files+=("$pidfile")
+        pid=$(live_pid "$pidfile" "$prog") || continue
+        kill -TERM "$pid" 2>/dev/null || true
+        pids+=("$pid")
     done
-    rm -f "$pidfile"
+    deadline=$((SECONDS + TIMEOUT))
+    for pid in "${pids[@]}"; do
+        while alive "$pid"; do
+            if [ "$SECONDS" -ge "$deadline" ]; then
+                log "process $pid still running after ${TIMEOUT}s: sending KILL"
+                kill -KILL "$pid" 2>/dev/null || true
+            fi
+            sleep 0.1
+        done
+    done
+    rm -f "${files[@]}"
 }
 
 cmd_stop() {
@@ -249,11 +312,13 @@ cmd_stop() {
             wait_until "cancelled jobs to end" no_jobs
         fi
     fi
+    local -a slurmds=()
     for node in "${NODES[@]}"; do
-        stop_daemon "$(slurmd_pidfile "$node")" slurmd
+        slurmds+=("$(slurmd_pidfile "$node")" slurmd)
     done
-    stop_daemon "$(ctld_pidfile)" slurmctld
-    stop_daemon "$(munged_pidfile)" munged
+    stop_daemons "${slurmds[@]}"
+    stop_daemons "$(ctld_pidfile)" slurmctld
+    stop_daemons "$(munged_pidfile)" munged
     remove_hosts_line
     log "stopped"
 }

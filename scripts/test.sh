@@ -5,9 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${PYTHON:-python3}
-if ! command -v git >/dev/null 2>&1; then
-    # The pre-commit hook test drives a real git repository.
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends git
+# Debian packages the tests use: git (the pre-commit hook test drives a real repository) and
+# the shellcheck package (every generated launch script must pass it). The local Slurm
+# cluster's packages are installed by scripts/slurm-local.sh when the Slurm tests start it.
+missing=()
+command -v git >/dev/null 2>&1 || missing+=(git)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+if (( ${#missing[@]} )); then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 if [ ! -x .venv/bin/python ] && ! "$python" -m venv .venv; then
     # Debian's system Python keeps venv/ensurepip in a separate package.

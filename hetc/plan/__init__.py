@@ -17,6 +17,7 @@ from hetc.plan.ir import (
     Stage,
     plan_problems,
 )
+from hetc.plan.rankfiles import RankFileError, read_cluster_file, read_rank_file
 
 __all__ = [
     "PLAN_FORMAT_VERSION",
@@ -27,6 +28,7 @@ __all__ = [
     "Plan",
     "PlanFormatError",
     "Predictions",
+    "RankFileError",
     "Replica",
     "Stage",
     "capability_problems",
@@ -35,4 +37,6 @@ __all__ = [
     "plan_problems",
     "plan_schema",
     "plan_to_json",
+    "read_cluster_file",
+    "read_rank_file",
 ]

@@ -33,6 +33,8 @@ __all__ = [
     "ProgressLine",
     "cross_check",
     "plan_table",
+    "planned_or_diagnosed",
+    "relative_loss",
     "run_plan_command",
 ]
 
@@ -74,6 +76,14 @@ def _shares(plan: Plan) -> str:
     )
 
 
+def relative_loss(value: float, best: float) -> str:
+    """How much worse `value` is than `best` (both lower-is-better), with a free best plan
+    spelled out instead of dividing by zero."""
+    if best == 0:
+        return "0.0%" if value == 0 else "infinitely (plan 1 is free)"
+    return f"{100 * (value / best - 1):.1f}%"
+
+
 def plan_table(proposal: Proposal, rank: int, spec: Spec) -> str:
     """One proposal as a short header and a per-stage table."""
     plan, sim, e = proposal.plan, proposal.simulation, proposal.candidate.estimate
@@ -85,7 +95,7 @@ def plan_table(proposal: Proposal, rank: int, spec: Spec) -> str:
     lines = [
         f"plan {rank}: {len(plan.stages)} stage(s) x {len(plan.pipelines)} pipeline(s),"
         f" microbatch {plan.microbatch_size}",
-        f"  iteration {sim.iteration_time:.4g} s (planner bound {e.iteration_time:.4g} s),"
+        f"  iteration {sim.iteration_time:.4g} s (planner estimate {e.iteration_time:.4g} s),"
         f" {1 / sim.iteration_time:.4g} it/s, {sim.tokens_per_second:,.0f} tokens/s,"
         f" MFU {100 * sim.mfu:.1f}%",
         f"  cost {sim.cost.total:.4g} USD/iteration (egress {sim.cost.egress:.4g}),"
@@ -150,20 +160,19 @@ def _explanation_json(explanations: list[Explanation]) -> list[dict[str, Any]]:
     ]
 
 
-def run_plan_command(
+def planned_or_diagnosed(
     spec: Spec,
     spec_dir: str,
     *,
     top: int,
     as_json: bool,
-    explain: bool,
     approximations: frozenset[str] | None,
     time_limit: float | None,
     eval_limit: int | None,
-    solver: str,
     echo: Echo,
-) -> int:
-    """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input, 3 infeasible)."""
+) -> tuple[PlanningResult, dict[str, Any]] | int:
+    """Plan the spec: the result and the planner options it used, or the exit code after
+    printing why there is no plan (1 bad profile, 2 bad option, 3 infeasible with diagnosis)."""
     try:
         profiles = read_spec_profiles(spec, spec_dir)
     except ProfileError as exc:
@@ -187,30 +196,61 @@ def run_plan_command(
         if progress is not None:
             progress.close()
     search = result.search
-    if not result.proposals:
-        if not search.complete:
-            echo(
-                f"hetc: no plan found before the search stopped ({search.stop_reason});"
-                " raise --time-limit or --eval-limit",
-                err=True,
-            )
-            return 3
-        diagnosis = diagnose(spec, **options)
-        if as_json:
-            echo(
-                json.dumps(
-                    {
-                        "feasible": False,
-                        "binding": diagnosis.binding,
-                        "message": diagnosis.message,
-                        "change": diagnosis.change,
-                    },
-                    indent=2,
-                )
-            )
-        else:
-            echo(_diagnosis_text(diagnosis), err=True)
+    if result.proposals:
+        return result, options
+    if not search.complete:
+        echo(
+            f"hetc: no plan found before the search stopped ({search.stop_reason});"
+            " raise --time-limit or --eval-limit",
+            err=True,
+        )
         return 3
+    diagnosis = diagnose(spec, **options)
+    if as_json:
+        echo(
+            json.dumps(
+                {
+                    "feasible": False,
+                    "binding": diagnosis.binding,
+                    "message": diagnosis.message,
+                    "change": diagnosis.change,
+                },
+                indent=2,
+            )
+        )
+    else:
+        echo(_diagnosis_text(diagnosis), err=True)
+    return 3
+
+
+def run_plan_command(
+    spec: Spec,
+    spec_dir: str,
+    *,
+    top: int,
+    as_json: bool,
+    explain: bool,
+    approximations: frozenset[str] | None,
+    time_limit: float | None,
+    eval_limit: int | None,
+    solver: str,
+    echo: Echo,
+) -> int:
+    """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input, 3 infeasible)."""
+    planned = planned_or_diagnosed(
+        spec,
+        spec_dir,
+        top=top,
+        as_json=as_json,
+        approximations=approximations,
+        time_limit=time_limit,
+        eval_limit=eval_limit,
+        echo=echo,
+    )
+    if isinstance(planned, int):
+        return planned
+    result, options = planned
+    search = result.search
     explanations = explain_unused(result, spec, **options) if explain else []
     checked = cross_check(result) if solver == "cp-sat" else None
     if as_json:
@@ -232,7 +272,7 @@ def run_plan_command(
         blocks.append(
             "alternatives lose: "
             + "; ".join(
-                f"plan {i + 1} by {100 * (p.candidate.value / best - 1):.1f}%"
+                f"plan {i + 1} by {relative_loss(p.candidate.value, best)}"
                 for i, p in enumerate(result.proposals[1:], start=1)
             )
         )

@@ -1,0 +1,135 @@
+"""The whole output of `hetc compile` for one planned spec, as bytes by path.
+
+Kept free of the file system so that what is compiled can be checked (and hashed) before
+anything is written; `output.write_output` then writes it atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hetc.emit.deepspeed import ConfigKey, config_problems, deepspeed_config
+from hetc.emit.launch import launch_files
+from hetc.emit.output import manifest_json
+from hetc.emit.report import report_markdown, timeline_svg
+from hetc.plan import Plan, capability_problems, plan_to_json
+from hetc.plan.topology import (
+    Topology,
+    batch_triple,
+    cluster_record,
+    rank_file_name,
+    rank_record,
+    topology_of,
+)
+from hetc.schema.spec import Spec
+from hetc.solver.planner import PlanningResult
+
+TRAINING_FORMAT_VERSION = 1
+
+
+class CompileError(RuntimeError):
+    """The compiler was about to write something inconsistent: a bug in hetc, never the
+    user's input (that is rejected earlier, with positions)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompiledOutput:
+    plan: Plan
+    topology: Topology
+    files: dict[str, bytes]
+    """Every file, `manifest.json` included, by path under the output directory."""
+    executable: set[str]
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted keys, two-space indent, shortest round-tripping floats, a final newline."""
+    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def training_record(spec: Spec) -> dict[str, Any]:
+    """`training.json`: what the runtime needs from the spec besides the plan (it never reads
+    the spec: the runtime imports `hetc.plan` alone). `data.path` is as the spec wrote it,
+    relative to the directory the spec was in."""
+    training = spec.training
+    return {
+        "version": TRAINING_FORMAT_VERSION,
+        "spec_name": spec.name,
+        "model_name": spec.model_name,
+        "model": asdict(spec.model),
+        "seq_len": training.seq_len,
+        "global_batch_size": training.global_batch_size,
+        "precision": training.precision,
+        "zero_stage": training.zero_stage,
+        "activation_checkpointing": training.activation_checkpointing,
+        "gradient_clipping": training.gradient_clipping,
+        "seed": training.seed,
+        "optimizer": asdict(training.optimizer),
+        "lr_schedule": asdict(training.lr_schedule),
+        "data": None if spec.data is None else asdict(spec.data),
+        "run": asdict(spec.run),
+    }
+
+
+def _deepspeed_files(
+    spec: Spec, plan: Plan, topology: Topology
+) -> tuple[dict[str, bytes], dict[int, str]]:
+    """Every distinct DeepSpeed config, and each plan rank's config path."""
+    files: dict[str, bytes] = {}
+    path_of: dict[int, str] = {}
+    for process in topology.processes:
+        triple = batch_triple(plan, process)
+        key = ConfigKey(
+            triple=triple, on_cpu=spec.devices[_device(plan, process.node)].kind == "cpu"
+        )
+        if key.file_name not in files:
+            config = deepspeed_config(spec, key)
+            problems = config_problems(config, triple)
+            if problems:
+                raise CompileError(f"{key.file_name}: " + "; ".join(problems))
+            files[key.file_name] = canonical_json(config)
+        path_of[process.rank] = key.file_name
+    return files, path_of
+
+
+def _device(plan: Plan, node_id: str) -> str:
+    node = plan.node(node_id)
+    assert node is not None
+    return node.device
+
+
+def compile_output(spec: Spec, result: PlanningResult, *, spec_file_name: str) -> CompiledOutput:
+    """The files for the best plan of `result` (which must have at least one proposal)."""
+    best = result.proposals[0]
+    plan = best.plan
+    training = spec.training
+    refused = capability_problems(
+        plan, zero_stage=training.zero_stage, precision=training.precision
+    )
+    if refused:
+        raise CompileError(
+            "the chosen plan is outside the capability matrix: " + "; ".join(refused)
+        )
+    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
+    files: dict[str, bytes] = {
+        "plan.json": plan_to_json(plan).encode(),
+        "training.json": canonical_json(training_record(spec)),
+        "topology/cluster.json": canonical_json(cluster_record(plan, topology)),
+    }
+    configs, config_of = _deepspeed_files(spec, plan, topology)
+    files.update(configs)
+    node_index = {n.id: i for i, n in enumerate(plan.nodes)}
+    for process in topology.processes:
+        record = rank_record(plan, topology, process, deepspeed_config=config_of[process.rank])
+        name = rank_file_name(process, node_index[process.node])
+        files[f"topology/{name}"] = canonical_json(record)
+    scripts = launch_files(spec, plan, topology)
+    files.update({path: text.encode() for path, text in scripts.items()})
+    files["report.md"] = report_markdown(spec, result, spec_path_name=spec_file_name).encode()
+    files["timeline.svg"] = timeline_svg(plan, best.simulation).encode()
+    files["manifest.json"] = manifest_json(
+        files, hetc_version=plan.hetc_version, plan_hash=topology.plan_hash
+    )
+    executable = {p for p in scripts if not p.endswith(".prologue.sh")}
+    return CompiledOutput(plan=plan, topology=topology, files=files, executable=executable)

@@ -1,0 +1,117 @@
+"""A compiled het-job on a real (local) Slurm: every rank of the plan starts, finds its rank
+file, joins the process group and verifies its groups; USR1 reaches the batch shell as a
+checkpoint request without stopping the step. scripts/slurm-local.sh starts the cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from slurm_cluster import (
+    cluster_is_up,
+    ensure_cluster,
+    show_job,
+    stop_cluster,
+    submit,
+    test_only,
+    wait_for_job,
+)
+
+from hetc.plan import plan_from_json
+from hetc.plan.topology import topology_of
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "examples" / "slurm-local-cpu.yaml"
+VENV_BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm_env() -> Iterator[dict[str, str]]:
+    """The local cluster, started for these tests (and stopped after them) unless it was up."""
+    if os.geteuid() != 0 and shutil.which("slurmctld") is None:
+        pytest.skip("a local Slurm needs root to install and start")
+    was_up = cluster_is_up()
+    env = ensure_cluster()
+    yield env
+    if not was_up:
+        stop_cluster()
+
+
+def _compile(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [str(VENV_BIN / "hetc"), "compile", str(SPEC), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_every_generated_batch_script_passes_sbatch_test_only(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = _compile(tmp_path)
+    scripts = sorted((out / "launch").glob("*.sbatch"))
+    assert [s.name for s in scripts] == ["ci.sbatch"]
+    for script in scripts:
+        checked = test_only(script, slurm_env)
+        assert checked.returncode == 0, checked.stderr
+        assert "to start at" in checked.stderr
+
+
+def test_het_job_starts_every_rank_and_takes_a_checkpoint_request(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = _compile(tmp_path)
+    plan = plan_from_json((out / "plan.json").read_text())
+    cluster = json.loads((out / "topology" / "cluster.json").read_text())
+    topology = topology_of(plan, tied_embeddings=cluster["tied_embeddings"])
+    run_dir = tmp_path / "run"
+    env = {
+        **os.environ,
+        **slurm_env,
+        "HETC_TORCHRUN": str(VENV_BIN / "torchrun"),
+        "HETC_MAX_RESTARTS": "0",
+        "HETC_RUN_DIR": str(run_dir),
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}",
+    }
+    log = tmp_path / "job.out"
+    job = submit(out / "launch" / "ci.sbatch", env, [f"--output={log}"])
+    deadline = time.monotonic() + 60
+    while "JobState=RUNNING" not in show_job(job, env):
+        assert time.monotonic() < deadline, show_job(job, env)
+        time.sleep(0.2)
+    time.sleep(1.0)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job], env=env, check=True)
+    state = wait_for_job(job, env, timeout=240)
+    text = log.read_text()
+    assert state == "COMPLETED", text
+
+    # USR1 left a request and the step ran on.
+    assert (run_dir / "checkpoint-request").exists(), text
+    assert "USR1 received" in text
+
+    # Every rank of the plan started exactly once and verified each of its groups.
+    records = [json.loads(p.read_text()) for p in sorted((run_dir / "startup").glob("*.json"))]
+    assert len(records) == plan.world_size == topology.world_size == 6
+    started = sorted((r["node"], r["local_rank"]) for r in records)
+    expected = sorted((p.node, p.local_rank) for p in topology.processes)
+    assert started == expected
+    for record in records:
+        names = sorted(g.name for g in topology.groups_of(record["rank"]))
+        assert sorted(record["groups"]) == names
+    assert len({r["torch_rank"] for r in records}) == 6
+    assert text.count("ready (node") == 6
+    # The plan crosses two pools: the job had two het components on two partitions.
+    assert len({p.node.split("@")[0] for p in topology.processes}) == 2
