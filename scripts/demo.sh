@@ -13,6 +13,14 @@ echo "+ hetc validate $spec"
 echo
 echo "+ hetc plan $spec --top 2"
 .venv/bin/hetc plan "$spec" --top 2
+echo
+echo "+ hetc compile $spec -o demo-out"
+.venv/bin/hetc compile "$spec" -o demo-out
+echo
+echo "+ the compiled files (demo-out/manifest.json lists them with their sha256):"
+find -L demo-out -type f | sort | sed -n '1,12p'
+echo "  ... $(find -L demo-out -type f | wc -l) files; the report begins:"
+sed -n '1,40p' demo-out/report.md
 
 # What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
 broken=$(mktemp --suffix=.yaml)

@@ -4,6 +4,8 @@ data-parallel size it will see, and the checks hetc adds where DeepSpeed stays s
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +176,31 @@ def test_what_deepspeed_accepts_silently_hetc_refuses(distributed: None) -> None
         assert any(message in p for p in problems), (message, problems)
     wrong = BatchTriple(micro=2, accumulation=2, data_parallel=3, loss_weight=1.0)
     assert any("train_batch_size 8" in p for p in config_problems(good, wrong))
+
+
+def test_every_emitted_config_parses_with_the_size_of_the_ranks_that_use_it(
+    distributed: None, tmp_path: Path
+) -> None:
+    """Compile the CI example (uneven batch shares: 7, 7, 7 and 6 microbatches) and give each
+    DeepSpeed config to DeepSpeed with the data-parallel size of every rank that names it."""
+    from typer.testing import CliRunner
+
+    from hetc.cli import app
+
+    spec = Path(__file__).resolve().parent.parent / "examples" / "slurm-local-cpu.yaml"
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["compile", str(spec), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    users: dict[str, set[int]] = {}
+    shares = set()
+    for rank_file in (out / "topology" / "ranks").glob("*.json"):
+        record = json.loads(rank_file.read_text())
+        users.setdefault(record["deepspeed_config"], set()).add(record["batch"]["data_parallel"])
+        shares.add(record["batch"]["accumulation"])
+    assert len(shares) > 1, "the example should have uneven batch shares"
+    assert set(users) == {p.relative_to(out).as_posix() for p in (out / "deepspeed").glob("*.json")}
+    for path, sizes in users.items():
+        config = json.loads((out / path).read_text())
+        assert len(sizes) == 1
+        parsed = _parse(config, sizes.pop())
+        assert parsed.train_batch_size == config["train_batch_size"]

@@ -26,7 +26,14 @@ SHIPPED_DATA = [
     "catalog/models.json",
     "schema/spec.schema.json",
     "plan/plan.schema.json",
+    "plan/rank.schema.json",
+    "plan/cluster.schema.json",
     "templates/README.md",
+    "templates/node.sh.j2",
+    "templates/site.sbatch.j2",
+    "templates/slurm-step.sh.j2",
+    "templates/report.md.j2",
+    "templates/timeline.svg.j2",
 ]
 BUILD_TIMEOUT = 300
 INSTALL_TIMEOUT = 600
@@ -160,3 +167,19 @@ def test_installed_validate_reports_unknown_device_with_position(
     assert re.search(
         r"^.+:\d+:\d+: zones\[0\]\.pools\[0\]\.device: unknown device", result.stdout, re.M
     ), result.stdout
+
+
+def test_installed_compile_writes_the_whole_output(installed: Path, outside: Path) -> None:
+    """The installed `hetc compile` (templates from the wheel) writes every file the manifest
+    lists, away from the checkout."""
+    spec = ROOT / "examples" / "slurm-local-cpu.yaml"
+    result = _run(
+        [str(_bin(installed, "hetc")), "compile", str(spec), "-o", "out"],
+        cwd=outside,
+        timeout=RUN_TIMEOUT,
+    )
+    assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    manifest = json.loads((outside / "out" / "manifest.json").read_text(encoding="utf-8"))
+    paths = {entry["path"] for entry in manifest["files"]}
+    assert {"plan.json", "report.md", "timeline.svg", "launch/ci.sbatch"} <= paths
+    assert all((outside / "out" / p).is_file() for p in paths)

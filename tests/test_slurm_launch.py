@@ -70,6 +70,33 @@ def test_every_generated_batch_script_passes_sbatch_test_only(
         assert "to start at" in checked.stderr
 
 
+def test_gpu_pools_ask_for_gpus_and_pass_sbatch_test_only(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The same pools as GPUs: each component asks for its GPUs (the local cluster's nodes
+    carry two fake GPUs each), and Slurm accepts the job."""
+    text = SPEC.read_text().replace("kind: cpu", "kind: gpu")
+    text = text.replace(
+        "{kind: shared-memory, bandwidth: 5GB/s}", "{kind: nvlink, bandwidth: 100GB/s}"
+    )
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text(text)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [str(VENV_BIN / "hetc"), "compile", str(spec), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    script = out / "launch" / "ci.sbatch"
+    lines = script.read_text().splitlines()
+    assert lines.count("#SBATCH --gpus-per-node=2") == 2
+    assert not any("--cpus-per-task" in line for line in lines)
+    checked = test_only(script, slurm_env)
+    assert checked.returncode == 0, checked.stderr
+
+
 def test_het_job_starts_every_rank_and_takes_a_checkpoint_request(
     slurm_env: dict[str, str], tmp_path: Path
 ) -> None:

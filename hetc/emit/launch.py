@@ -193,14 +193,13 @@ def launch_files(spec: Spec, plan: Plan, topology: Topology) -> dict[str, str]:
             prologue_of[site.name] = name
             files[f"launch/{name}"] = site.prologue.rstrip("\n") + "\n"
     for node in nodes:
-        site = site_of.get(node.zone)
+        owner = site_of.get(node.zone)
         files[f"launch/{node.script}"] = env.get_template("node.sh.j2").render(
-            node=node, prologue=prologue_of.get(site.name, "") if site else "", **common
+            node=node, prologue=prologue_of.get(owner.name, "") if owner else "", **common
         )
-    slurm_sites = [s for s in spec.sites if s.scheduler == "slurm"]
     used_sites = {site_of[n.zone].name for n in nodes if n.zone in site_of}
     for index, site in enumerate(spec.sites):
-        if site not in slurm_sites or site.name not in used_sites:
+        if site.scheduler != "slurm" or site.name not in used_sites:
             continue
         components = _components(spec, site, nodes)
         files[f"launch/{site_file_name(site, index)}"] = env.get_template("site.sbatch.j2").render(

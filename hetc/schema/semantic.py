@@ -205,7 +205,6 @@ def _zones(data: dict[str, Any]) -> Iterator[Finding]:
                     )
                 pool_seen[pool_name] = p
             yield from _pool_arithmetic(pool, path, device)
-            yield from _slurm_values(_dict(pool.get("slurm")), (*path, "slurm"))
             if device is not None:
                 kinds.setdefault(device.kind, (*path, "device"))
                 yield from _device_fit(pool, path, device, precision)
@@ -331,38 +330,12 @@ def _network(data: dict[str, Any]) -> Iterator[Finding]:
             pairs.setdefault(pair, index)
 
 
-SLURM_VALUE = {
-    "partition": ("._+-,", "partition name(s)"),
-    "account": ("._+-", "account name"),
-    "qos": ("._+-,", "QOS name(s)"),
-    "constraint": ("._+-,&|*:()[]!", "constraint expression"),
-    "gres": ("._+-,:=", "GRES specification"),
-}
-"""The punctuation Slurm accepts in each `#SBATCH` value hetc writes (besides letters and
-digits): `#SBATCH` lines are split on spaces and never shell-quoted, so anything else would
-silently become another option or be cut off."""
-
-
-def _slurm_values(values: dict[str, Any], where: tuple[str | int, ...]) -> Iterator[Finding]:
-    for key, (punctuation, what) in SLURM_VALUE.items():
-        value = _str(values.get(key))
-        allowed = set(punctuation)
-        if value is not None and (
-            not value or any(not (c.isascii() and c.isalnum()) and c not in allowed for c in value)
-        ):
-            yield Finding(
-                (*where, key),
-                f"{value!r} is not a Slurm {what}: use letters, digits and {' '.join(punctuation)}",
-            )
-
-
 def _sites(data: dict[str, Any]) -> Iterator[Finding]:
     zones, _ = _place_names(data)
     owner: dict[str, str] = {}
     names: set[str] = set()
     for index, entry in enumerate(_list(data.get("sites"))):
         site = _dict(entry)
-        yield from _slurm_values(site, ("sites", index))
         site_name = _str(site.get("name")) or f"sites[{index}]"
         if site_name in names:
             yield Finding(("sites", index, "name"), f"site {site_name!r} is defined twice")
