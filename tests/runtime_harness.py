@@ -170,7 +170,7 @@ def launch(
             "HETC_RUN_DIR": str(run_dir),
             "HETC_BACKEND": "gloo",
         }
-        command = rank.command or [sys.executable, "-m", "hetc.runtime"]
+        command = rank.command or [sys.executable, "-m", "hetc.runtime", "--startup-only"]
         argv = [*command, str(rank.out_dir or out_dir), "--timeout", str(timeout)]
         started.append(
             subprocess.Popen(
@@ -220,7 +220,7 @@ def _run_with_groups_swapped(argv: list[str]) -> int:
         return cluster
 
     startup.read_cluster_file = swapped  # type: ignore[assignment]
-    return entry.main(rest)
+    return entry.main(["--startup-only", *rest])
 
 
 if __name__ == "__main__":

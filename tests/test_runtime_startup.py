@@ -27,7 +27,7 @@ from runtime_harness import (
 from hetc.plan.topology import Topology
 from hetc.runtime.startup import Announcement, checkpoint_requested, verdict
 
-READY = "hetc-runtime: start-up verified; training is not in this release yet"
+READY = "hetc-runtime: start-up verified"
 
 
 def _assert_started(topology: Topology, run_dir: Path, torch_rank: dict[int, int]) -> None:

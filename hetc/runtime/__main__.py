@@ -1,12 +1,15 @@
 """`python -m hetc.runtime OUT_DIR`: what torchrun starts on every process of a compiled plan.
 
-Start-up only, for now: training arrives in a later release. Exit status 0 when every process
-matched the plan and every process group checked out, 1 with one line on stderr otherwise.
+Start-up (every process matches the plan, every process group checks out), then training for
+the run's steps (or `--steps`). Exit status 0 when all went well, 1 with one line on stderr
+otherwise. Each rank appends one JSON line per step to `HETC_RUN_DIR/metrics/rank-<r>.jsonl`;
+plan rank 0 also prints the loss of each step.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from hetc.runtime.startup import StartupError, start
+from hetc.runtime.train import StageTrainer, TrainingError, full_weights, train
 
 
 def _seconds(text: str) -> float:
@@ -35,6 +39,19 @@ def _parser() -> argparse.ArgumentParser:
         help="the longest any start-up step waits for the other processes"
         " (default: $HETC_STARTUP_TIMEOUT or 300)",
     )
+    parser.add_argument("--steps", type=int, help="iterations to train (default: the run's)")
+    parser.add_argument(
+        "--startup-only",
+        action="store_true",
+        help="check that every process matches the plan and every group works, then stop",
+    )
+    parser.add_argument(
+        "--save-weights",
+        type=Path,
+        metavar="DIR",
+        help="after training, write each stage's parameters as whole tensors by name to"
+        " DIR/stage<i>.pt (plan-independent)",
+    )
     return parser
 
 
@@ -44,16 +61,49 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)  # several ranks share a CPU host's cores (tests, CI)
     try:
         started = start(args.out_dir, timeout=args.timeout)
+        rank = started.plan_rank
         print(
-            f"hetc-runtime: rank {started.plan_rank} of {started.world_size} ready"
+            f"hetc-runtime: rank {rank} of {started.world_size} ready"
             f" (node {started.rank_file['node']}, local rank {started.rank_file['local_rank']},"
             f" {len(started.groups)} groups verified)",
             flush=True,
         )
-        print("hetc-runtime: start-up verified; training is not in this release yet", flush=True)
+        if args.startup_only:
+            print("hetc-runtime: start-up verified", flush=True)
+            return 0
+        trainer = StageTrainer(started, args.out_dir)
+        steps = args.steps if args.steps is not None else trainer.training["run"]["steps"]
+        metrics = started.run_dir / "metrics" / f"rank-{rank:05d}.jsonl"
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        with open(metrics, "a", encoding="utf-8") as log:
+            for record in train(trainer, steps):
+                line = {
+                    "step": record.step,
+                    "loss": record.loss,
+                    "seconds": record.seconds,
+                    "learning_rate": record.learning_rate,
+                    "rank": rank,
+                }
+                log.write(json.dumps(line, sort_keys=True) + "\n")
+                log.flush()
+                if rank == 0:
+                    print(
+                        f"hetc-runtime: step {record.step} loss {record.loss:.6f}"
+                        f" ({record.seconds:.3f} s)",
+                        flush=True,
+                    )
+        if args.save_weights is not None:
+            weights = full_weights(trainer)
+            if weights is not None:
+                args.save_weights.mkdir(parents=True, exist_ok=True)
+                torch.save(weights, args.save_weights / f"stage{trainer.rank_file['stage']}.pt")
+        dist.barrier()
         return 0
     except StartupError as exc:
         print(f"hetc-runtime: start-up failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except TrainingError as exc:
+        print(f"hetc-runtime: training failed: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
         if dist.is_initialized():

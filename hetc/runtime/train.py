@@ -1,0 +1,385 @@
+"""Training one stage replica of a compiled plan: 1F1B over its pipeline's microbatches,
+activations split across TP degrees at stage boundaries, data-parallel synchronisation by
+parameter shard, the tied embedding, a global-norm clip, and the optimizer step.
+
+The update must be the one a single process would make on the whole global batch, whatever the
+plan. So the loss is never averaged per pipeline: every microbatch backpropagates its summed
+token loss divided by the global batch's token count, and the data-parallel reduction is a
+SUM over replicas. Uneven batch shares then weigh each pipeline by its samples by construction
+(the rank files' `loss_weight` is the same factor for DeepSpeed engines, which average).
+
+Shard groups (see `hetc.plan.topology`): a TP-t replica's rank r holds chunks
+[r*C/t, (r+1)*C/t) of every TP-sharded parameter of its stage, cut along the parameter's TP
+dimension; each chunk is summed in its own group. A parameter replicated inside a TP group
+(norms, row-parallel biases, learned positions) is summed among the TP-rank-0s of the replicas
+and then broadcast inside each TP group, so every replica counts once. With tied embeddings
+over several stages, the token table's gradient is summed once over every holder in the
+first and last stage (the tied groups), which also covers the data-parallel sum.
+
+This path runs every capability cell with hetc's own synchronisation (ZeRO partitions
+optimizer state, not the arithmetic, so the update is the same); the runtime issue's
+DeepSpeed-engine path for ZeRO 1/2 is not here yet, and neither are fp16/bf16 (refused).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from hetc.plan import Plan, plan_from_json, read_cluster_file
+from hetc.runtime.data import TrainingData
+from hetc.runtime.model import ModelConfig, ParamSpec, StageModule
+from hetc.runtime.startup import Startup
+
+TOKEN_TABLE = "embedding.tokens.weight"
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on: what is wrong and what would be right."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Member:
+    """Another process of the plan, as cluster.json lists it."""
+
+    rank: int
+    stage: int
+    replica: int
+    tp_rank: int
+    pipeline: int
+
+
+def learning_rate(scheduler: Mapping[str, Any] | None, base: float, step: int) -> float:
+    """The rate for (0-based) step `step`: DeepSpeed's WarmupCosineLR / WarmupLR formula at
+    iteration `step`. (DeepSpeed's engine itself runs the first step at rate 0, its scheduler
+    not having started; hetc does not.)"""
+    if scheduler is None:
+        return base
+    params = scheduler["params"]
+    if scheduler["type"] == "WarmupLR":
+        warmup = max(2, params["warmup_num_steps"])
+        low, high = params["warmup_min_lr"], params["warmup_max_lr"]
+        if step < warmup:
+            return float(low + (high - low) * step / warmup)
+        return float(high)
+    if scheduler["type"] == "WarmupCosineLR":
+        warmup = max(2, params["warmup_num_steps"])
+        if step < warmup:
+            low = params["warmup_min_ratio"]
+            return float(base * (low + (1.0 - low) * step / warmup))
+        total = max(1, params["total_num_steps"] - warmup)
+        progress = min(1.0, (step - warmup + 1) / total)
+        floor = float(params["cos_min_ratio"])
+        return base * max(0.0, floor + (1.0 - floor) * (1 + math.cos(math.pi * progress)) / 2)
+    raise TrainingError(f"scheduler {scheduler['type']!r} is not one hetc writes")
+
+
+def make_optimizer(
+    parameters: Sequence[Tensor], deepspeed: Mapping[str, Any], training: Mapping[str, Any]
+) -> torch.optim.Optimizer:
+    """The optimizer the DeepSpeed config names (or, for SGD, training.json's), on this rank's
+    shards: every optimizer here is elementwise, so shards update exactly as whole tensors."""
+    config = deepspeed.get("optimizer")
+    if config is None:
+        sgd = training["optimizer"]
+        if sgd["type"] != "sgd":
+            raise TrainingError(f"no optimizer in the DeepSpeed config for {sgd['type']!r}")
+        return torch.optim.SGD(
+            parameters, lr=sgd["lr"], momentum=sgd["momentum"], weight_decay=sgd["weight_decay"]
+        )
+    params = config["params"]
+    kind = torch.optim.AdamW if params.get("adam_w_mode", True) else torch.optim.Adam
+    return kind(
+        parameters,
+        lr=params["lr"],
+        betas=tuple(params["betas"]),
+        eps=params["eps"],
+        weight_decay=params["weight_decay"],
+    )
+
+
+class StageTrainer:
+    """One process: its stage's module, its pipeline's microbatches, its groups."""
+
+    def __init__(self, started: Startup, out_dir: Path, *, data_dir: Path | None = None) -> None:
+        self.started = started
+        self.rank_file = rf = started.rank_file
+        self.training = json.loads((out_dir / "training.json").read_text(encoding="utf-8"))
+        self.deepspeed = json.loads((out_dir / rf["deepspeed_config"]).read_text(encoding="utf-8"))
+        self.plan: Plan = plan_from_json((out_dir / "plan.json").read_text(encoding="utf-8"))
+        cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
+        self.members = {
+            p["rank"]: Member(
+                rank=p["rank"],
+                stage=p["stage"],
+                replica=p["replica"],
+                tp_rank=p["tp_rank"],
+                pipeline=p["pipeline"],
+            )
+            for n in cluster["nodes"]
+            for p in n["processes"]
+        }
+        if self.training["precision"] != "fp32":
+            raise TrainingError(
+                f"precision {self.training['precision']}: this runtime trains fp32 only so far"
+                " (capability cells precision/fp16 and precision/bf16 are not implemented yet)"
+            )
+        self.device = torch.device("cpu")
+        tp = rf["tp"]
+        self.tp_size, self.tp_rank = tp["size"], tp["rank"]
+        self.tp_group = started.groups[tp["group"]] if self.tp_size > 1 else None
+        config = ModelConfig.from_dict(self.training["model"])
+        self.model = StageModule(
+            config,
+            rf["blocks"][0],
+            rf["blocks"][1],
+            rf["holds"],
+            self.tp_group,
+            self.tp_size,
+            self.tp_rank,
+            self.training["seed"],
+        )
+        self.hidden = config.hidden
+        self.first, self.last = rf["stage"] == 0, rf["stage"] == rf["stages"] - 1
+        shares = [p.microbatches for p in self.plan.pipelines]
+        self.data = TrainingData.from_training(
+            self.training,
+            base_dir=data_dir or Path(os.environ.get("HETC_DATA_DIR", ".")),
+            shares=shares,
+            micro=self.plan.microbatch_size,
+        )
+        self.micro, self.seq = self.plan.microbatch_size, self.training["seq_len"]
+        self.tokens_per_batch = self.training["global_batch_size"] * self.seq
+        self.parameters = dict(self.model.named_parameters())
+        self.specs = {s.name: s for s in self.model.specs}
+        self.optimizer = make_optimizer(
+            list(self.parameters.values()), self.deepspeed, self.training
+        )
+        self.clip = float(self.deepspeed.get("gradient_clipping", 0.0))
+        self._sends: list[tuple[dist.Work, Tensor]] = []
+        """Sends in flight, with their tensors (kept alive until the sends complete)."""
+
+    # -- point to point ------------------------------------------------------------------
+
+    def _torch(self, plan_rank: int) -> int:
+        return self.started.torch_ranks[plan_rank]
+
+    def _send_chunks(self, full: Tensor, transfers: Sequence[Mapping[str, int]]) -> None:
+        flat = full.detach().reshape(-1)
+        for t in transfers:
+            piece = flat.chunk(t["chunks"])[t["chunk"]].contiguous()
+            work = dist.isend(piece, dst=self._torch(t["peer"]))
+            assert work is not None
+            self._sends.append((work, piece))
+
+    def _receive_full(self, transfers: Sequence[Mapping[str, int]]) -> Tensor:
+        """The whole boundary tensor: this rank's chunks from its peers, the rest gathered
+        from the other TP ranks of its replica (each holds a contiguous run of chunks)."""
+        shape = (self.micro, self.seq, self.hidden)
+        chunks = transfers[0]["chunks"]
+        size = self.micro * self.seq * self.hidden // chunks
+        mine = []
+        for t in sorted(transfers, key=lambda t: t["chunk"]):
+            buffer = torch.empty(size, device=self.device)
+            dist.recv(buffer, src=self._torch(t["peer"]))
+            mine.append(buffer)
+        local = torch.cat(mine)
+        if self.tp_size == 1:
+            return local.reshape(shape)
+        gathered = [torch.empty_like(local) for _ in range(self.tp_size)]
+        dist.all_gather(gathered, local, group=self.tp_group)
+        order = self.started.group_ranks[self.rank_file["tp"]["group"]]
+        by_tp = {self.members[r].tp_rank: g for r, g in zip(order, gathered, strict=True)}
+        return torch.cat([by_tp[k] for k in range(self.tp_size)]).reshape(shape)
+
+    # -- one iteration -------------------------------------------------------------------
+
+    def train_step(self, step: int) -> float:
+        """Run one iteration; returns the global batch's mean token loss (same on all ranks)."""
+        for parameter in self.parameters.values():
+            parameter.grad = None
+        pipeline = self.rank_file["pipeline"]
+        saved: dict[int, tuple[Tensor, Tensor]] = {}
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        for op in self.rank_file["schedule"]:
+            kind, index = op[0], int(op[1:])
+            if kind == "F":
+                inputs, targets = self.data.microbatch(step, pipeline, index)
+                if self.first:
+                    x = inputs
+                else:
+                    x = self._receive_full(self.rank_file["previous_stage"]).requires_grad_()
+                if self.last:
+                    summed = self.model(x, targets=targets)
+                    loss_sum += summed.detach().double()
+                    saved[index] = (x, summed / self.tokens_per_batch)
+                else:
+                    out = self.model(x)
+                    self._send_chunks(out, self.rank_file["next_stage"])
+                    saved[index] = (x, out)
+            else:
+                x, out = saved.pop(index)
+                if self.last:
+                    torch.autograd.backward([out])
+                else:
+                    torch.autograd.backward(
+                        [out], [self._receive_full(self.rank_file["next_stage"])]
+                    )
+                if not self.first:
+                    assert x.grad is not None
+                    self._send_chunks(x.grad, self.rank_file["previous_stage"])
+        for work, _ in self._sends:
+            work.wait()
+        self._sends.clear()
+        self._synchronise()
+        self._clip()
+        rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.optimizer.step()
+        return self._global_loss(loss_sum)
+
+    def _base_rate(self) -> float:
+        optimizer = self.deepspeed.get("optimizer")
+        source = optimizer["params"] if optimizer else self.training["optimizer"]
+        return float(source["lr"])
+
+    def _global_loss(self, loss_sum: Tensor) -> float:
+        """Sum of every pipeline's token losses over the global batch's tokens: counted by the
+        TP-rank-0 of each last-stage replica."""
+        counted = loss_sum if self.last and self.tp_rank == 0 else torch.zeros_like(loss_sum)
+        total = counted.clone()
+        dist.all_reduce(total)
+        tokens: int = self.tokens_per_batch
+        return float(total.item()) / tokens
+
+    # -- synchronisation -----------------------------------------------------------------
+
+    def _tied(self) -> bool:
+        return bool(self.rank_file["tied_embedding"])
+
+    def _synchronise(self) -> None:
+        """Data-parallel sums by shard group, in one order on every rank (parameter order,
+        then ascending chunk), then the tied token table."""
+        dp_groups = _chunk_groups(self.rank_file["data_parallel"], self.started.groups)
+        for name, parameter in self.parameters.items():
+            if name == TOKEN_TABLE and self._tied():
+                continue
+            grad = _grad(parameter)
+            spec = self.specs[name]
+            if spec.tp_dim is None:
+                self._sum_replicated(grad, dp_groups)
+            else:
+                self._sum_sharded(grad, spec, dp_groups)
+        if self._tied():
+            tied = _chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
+            parameter = self.parameters[TOKEN_TABLE]
+            self._sum_sharded(_grad(parameter), self.specs[TOKEN_TABLE], tied)
+
+    def _sum_sharded(
+        self, grad: Tensor, spec: ParamSpec, groups: Mapping[int, tuple[int, Any]]
+    ) -> None:
+        chunks = next(iter(groups.values()))[0]
+        per_rank = chunks // self.tp_size
+        assert spec.tp_dim is not None
+        pieces = grad.chunk(per_rank, dim=spec.tp_dim)
+        for offset, piece in enumerate(pieces):
+            chunk = self.tp_rank * per_rank + offset
+            buffer = piece.contiguous()
+            dist.all_reduce(buffer, group=groups[chunk][1])
+            piece.copy_(buffer)
+
+    def _sum_replicated(self, grad: Tensor, groups: Mapping[int, tuple[int, Any]]) -> None:
+        if self.tp_rank == 0:
+            dist.all_reduce(grad, group=groups[0][1])
+        if self.tp_size > 1:
+            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
+            source = next(r for r in order if self.members[r].tp_rank == 0)
+            dist.broadcast(grad, src=self._torch(source), group=self.tp_group)
+
+    def _clip(self) -> None:
+        """Clip by the norm of the whole model's gradient, each element counted once: shards
+        by their holders in replica 0 of each stage, replicated tensors by its TP rank 0, the
+        tied table by the first stage."""
+        if self.clip <= 0:
+            return
+        square = torch.zeros((), dtype=torch.float64)
+        if self.rank_file["replica"] == 0:
+            for name, parameter in self.parameters.items():
+                spec = self.specs[name]
+                if name == TOKEN_TABLE and self._tied() and not self.first:
+                    continue
+                if spec.tp_dim is None and self.tp_rank != 0:
+                    continue
+                square += _grad(parameter).double().pow(2).sum()
+        dist.all_reduce(square)
+        norm = math.sqrt(float(square))
+        scale = self.clip / (norm + 1e-6)
+        if scale < 1.0:
+            for parameter in self.parameters.values():
+                _grad(parameter).mul_(scale)
+
+
+def _grad(parameter: Tensor) -> Tensor:
+    if parameter.grad is None:
+        parameter.grad = torch.zeros_like(parameter)
+    return parameter.grad
+
+
+def _chunk_groups(names: Sequence[str], groups: Mapping[str, Any]) -> dict[int, tuple[int, Any]]:
+    """chunk index -> (chunk count, group) from names like `dp/stage1/shard2of4`."""
+    found = {}
+    for name in names:
+        chunk, count = name.rsplit("/shard", 1)[1].split("of")
+        found[int(chunk)] = (int(count), groups[name])
+    return found
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepRecord:
+    step: int
+    loss: float
+    seconds: float
+    learning_rate: float
+
+
+def train(trainer: StageTrainer, steps: int, *, start_step: int = 0) -> Iterator[StepRecord]:
+    """Run `steps` iterations from `start_step`, yielding one record per iteration."""
+    for step in range(start_step, start_step + steps):
+        began = time.perf_counter()
+        loss = trainer.train_step(step)
+        yield StepRecord(
+            step=step,
+            loss=loss,
+            seconds=time.perf_counter() - began,
+            learning_rate=trainer.optimizer.param_groups[0]["lr"],
+        )
+
+
+def full_weights(trainer: StageTrainer) -> dict[str, Tensor] | None:
+    """The stage's parameters as whole tensors by name (plan-independent), on TP rank 0 of
+    replica 0 of each stage; None elsewhere. Every TP rank of every replica 0 must call it."""
+    if trainer.rank_file["replica"] != 0:
+        return None
+    whole: dict[str, Tensor] = {}
+    order = trainer.started.group_ranks[trainer.rank_file["tp"]["group"]]
+    for name, parameter in trainer.parameters.items():
+        spec = trainer.specs[name]
+        value = parameter.detach()
+        if spec.tp_dim is not None and trainer.tp_size > 1:
+            gathered = [torch.empty_like(value) for _ in range(trainer.tp_size)]
+            dist.all_gather(gathered, value.contiguous(), group=trainer.tp_group)
+            by_tp = {trainer.members[r].tp_rank: g for r, g in zip(order, gathered, strict=True)}
+            value = torch.cat([by_tp[k] for k in range(trainer.tp_size)], dim=spec.tp_dim)
+        whole[name] = value.clone()
+    return whole if trainer.tp_rank == 0 else None

@@ -1,0 +1,175 @@
+"""Compiled outputs for hand-made plans, multi-process training runs, and the single-process
+reference they must match. Run as a script, this module is one rank of the runtime with one
+deliberate bug (the mutation checks):
+
+    python tests/runtime_training.py MUTATION [runtime arguments...]
+
+MUTATION: `tp-grad` (TP-group gradient all-reduce skipped), `unweighted` (each pipeline's loss
+averaged over its own samples, then pipelines averaged: unweighted shares), `untied` (the tied
+embedding all-reduce skipped).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hetc.emit.compile import training_record
+from hetc.emit.deepspeed import ConfigKey, deepspeed_config
+from hetc.plan import Plan, plan_to_json
+from hetc.plan.topology import (
+    Topology,
+    batch_triple,
+    cluster_record,
+    rank_file_name,
+    rank_record,
+    topology_of,
+)
+from hetc.schema import check_text
+from hetc.schema.spec import Spec
+
+SPEC = """\
+version: 1
+name: runtime-oracle
+model:
+  architecture: {{layers: 4, hidden: 32, heads: 4, ffn: 64, vocab: 200, max_positions: 32,
+                 tied_embeddings: {tied}}}
+training:
+  global_batch_size: {batch}
+  seq_len: 16
+  precision: fp32
+  zero_stage: 0
+  gradient_clipping: {clip}
+  optimizer: {optimizer}
+  seed: 7
+devices:
+  - {{name: CPU, kind: cpu, memory: 2GiB, peak_tflops: {{fp32: 0.05}}, memory_bandwidth: 10GB/s,
+     intra_node: {{kind: shared-memory, bandwidth: 5GB/s}}, source: "nominal"}}
+zones:
+  - name: z
+    pools: [{{device: CPU, quota: 8, gpus_per_node: 4}}]
+run: {{steps: 5}}
+"""
+SGD = "{type: sgd, lr: 0.5, momentum: 0.0, weight_decay: 0.0}"
+ADAMW = "{type: adamw, lr: 1.0e-2, betas: [0.9, 0.95], weight_decay: 0.1}"
+
+
+def oracle_spec(*, batch: int, optimizer: str = SGD, clip: float = 0.0, tied: bool = True) -> Spec:
+    text = SPEC.format(
+        batch=batch, optimizer=optimizer, clip=clip, tied="true" if tied else "false"
+    )
+    checked = check_text(text)
+    assert checked.spec is not None, [d.format() for d in checked.diagnostics]
+    return checked.spec
+
+
+def _dump(data: object) -> str:
+    return json.dumps(data, sort_keys=True, indent=2) + "\n"
+
+
+def write_compiled(plan: Plan, spec: Spec, out: Path) -> Topology:
+    """What `hetc compile` writes for `plan` (a hand-made plan, not the planner's)."""
+    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
+    (out / "topology" / "ranks").mkdir(parents=True, exist_ok=True)
+    (out / "deepspeed").mkdir(exist_ok=True)
+    (out / "plan.json").write_text(plan_to_json(plan))
+    (out / "training.json").write_text(_dump(training_record(spec)))
+    (out / "topology" / "cluster.json").write_text(_dump(cluster_record(plan, topology)))
+    index = {n.id: i for i, n in enumerate(plan.nodes)}
+    for process in topology.processes:
+        key = ConfigKey(triple=batch_triple(plan, process), on_cpu=True)
+        (out / key.file_name).write_text(_dump(deepspeed_config(spec, key)))
+        record = rank_record(plan, topology, process, deepspeed_config=key.file_name)
+        (out / "topology" / rank_file_name(process, index[process.node])).write_text(_dump(record))
+    return topology
+
+
+def reference_run(
+    spec: Spec, steps: int, micro: int
+) -> tuple[list[float], dict[str, torch.Tensor], list[float]]:
+    """One process, the whole model, the whole global batch: losses, final weights, and each
+    step's gradient norm before clipping."""
+    from hetc.runtime.data import TrainingData
+    from hetc.runtime.model import ModelConfig, reference_model
+
+    training = training_record(spec)
+    torch.manual_seed(0)
+    model = reference_model(ModelConfig.from_dict(training["model"]), training["seed"])
+    batch = spec.training.global_batch_size
+    data = TrainingData.from_training(
+        training, base_dir=Path("."), shares=[batch // micro], micro=micro
+    )
+    o = spec.training.optimizer
+    optimizer: torch.optim.Optimizer
+    if o.type == "sgd":
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay
+        )
+    else:
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
+        )
+    tokens = batch * spec.training.seq_len
+    losses, norms = [], []
+    for step in range(steps):
+        optimizer.zero_grad()
+        total = 0.0
+        for j in range(batch // micro):
+            inputs, targets = data.microbatch(step, 0, j)
+            loss = model(inputs, targets=targets) / tokens
+            loss.backward()
+            total += float(loss.detach())
+        clip = spec.training.gradient_clipping
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else 1e30)
+        norms.append(float(norm))
+        optimizer.step()
+        losses.append(total)
+    return losses, {k: v.detach().clone() for k, v in model.named_parameters()}, norms
+
+
+def run_losses(run_dir: Path) -> list[float]:
+    lines = (run_dir / "metrics" / "rank-00000.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def saved_weights(directory: Path) -> dict[str, list[torch.Tensor]]:
+    """Every stage's saved tensors by name (the tied table appears once per holding stage)."""
+    found: dict[str, list[torch.Tensor]] = {}
+    for path in sorted(directory.glob("stage*.pt")):
+        for name, value in torch.load(path).items():
+            found.setdefault(name, []).append(value)
+    return found
+
+
+def _mutate(name: str) -> None:
+    from hetc.runtime import tensor_parallel, train
+
+    if name == "tp-grad":
+        tensor_parallel._CopyToRegion.backward = staticmethod(  # type: ignore[method-assign]
+            lambda ctx, grad: (grad, None)
+        )
+    elif name == "unweighted":
+        original = train.StageTrainer.__init__
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            shares = [p.microbatches for p in self.plan.pipelines]
+            own = shares[self.rank_file["pipeline"]] * self.micro * self.seq
+            self.tokens_per_batch = own * len(shares)
+
+        train.StageTrainer.__init__ = init  # type: ignore[method-assign]
+    elif name == "untied":
+        train.StageTrainer._tied = lambda self: False  # type: ignore[method-assign]
+    else:
+        raise SystemExit(f"unknown mutation {name}")
+
+
+if __name__ == "__main__":
+    _mutate(sys.argv[1])
+    from hetc.runtime.__main__ import main
+
+    sys.exit(main(sys.argv[2:]))

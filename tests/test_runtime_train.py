@@ -1,0 +1,165 @@
+"""Training under heterogeneous plans equals a single-process reference of the same model,
+data and seed (losses each step, final weights), and stops being equal when a
+synchronisation step is deliberately broken."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from runtime_harness import launch, ranks_in_plan_order
+from runtime_training import (
+    ADAMW,
+    oracle_spec,
+    reference_run,
+    run_losses,
+    saved_weights,
+    write_compiled,
+)
+
+from hetc.plan import Node, Pipeline, Plan, Replica, Stage
+from hetc.runtime.train import learning_rate
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).resolve().parent
+STEPS = 5
+
+
+def _node(k: int) -> Node:
+    return Node(id=f"cpu@z/n{k}", zone="z", region="z", pool="cpu", device="CPU", devices=4)
+
+
+def _replica(k: int, *devices: int) -> Replica:
+    return Replica(device="CPU", tp=len(devices), node=f"cpu@z/n{k}", local_ranks=devices)
+
+
+def _plan(batch: int, stages: list[Stage], shares: list[int], micro: int = 1) -> Plan:
+    nodes = sorted({r.node for s in stages for r in s.replicas})
+    return Plan(
+        spec_hash="0" * 64,
+        hetc_version="0.1.0",
+        model_blocks=4,
+        global_batch_size=batch,
+        microbatch_size=micro,
+        nodes=tuple(_node(int(n.rsplit("n", 1)[1])) for n in nodes),
+        stages=tuple(stages),
+        pipelines=tuple(
+            Pipeline(replicas=(p,) * len(stages), microbatches=m) for p, m in enumerate(shares)
+        ),
+    )
+
+
+MIXED_TP = _plan(  # one stage, a TP-1 and a TP-2 replica, uneven shares 3 and 1
+    4, [Stage(first_block=0, end_block=4, replicas=(_replica(0, 0), _replica(1, 0, 1)))], [3, 1]
+)
+NEIGHBOURS = _plan(  # two stages with uneven blocks, TP 1 then TP 2, tied embeddings
+    4,
+    [
+        Stage(first_block=0, end_block=1, replicas=(_replica(0, 0),)),
+        Stage(first_block=1, end_block=4, replicas=(_replica(1, 0, 1),)),
+    ],
+    [4],
+)
+PIPELINES = _plan(  # 2 stages x 2 pipelines, shares 5 and 3, tied embeddings
+    8,
+    [
+        Stage(first_block=0, end_block=2, replicas=(_replica(0, 0), _replica(0, 1))),
+        Stage(first_block=2, end_block=4, replicas=(_replica(1, 0), _replica(1, 1))),
+    ],
+    [5, 3],
+)
+
+
+def _train(plan: Plan, spec_kwargs: dict[str, object], tmp: Path, mutation: str | None = None):
+    spec = oracle_spec(batch=plan.global_batch_size, **spec_kwargs)  # type: ignore[arg-type]
+    out, run, weights = tmp / "out", tmp / "run", tmp / "weights"
+    out.mkdir()
+    topology = write_compiled(plan, spec, out)
+    command = [sys.executable, "-m", "hetc.runtime"]
+    if mutation is not None:
+        command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
+    ranks = [
+        type(r)(
+            node=r.node,
+            local_rank=r.local_rank,
+            torch_rank=r.torch_rank,
+            command=[*command, "--steps", str(STEPS), "--save-weights", str(weights)],
+        )
+        for r in ranks_in_plan_order(topology)
+    ]
+    outcomes = launch(ranks, out, run, timeout=120)
+    for outcome in outcomes:
+        assert outcome.returncode == 0, outcome.stderr[-3000:]
+    reference = reference_run(spec, STEPS, plan.microbatch_size)
+    return run_losses(run), saved_weights(weights), reference
+
+
+def _assert_matches(losses, weights, reference, tolerance: float, atol: float = 1e-7) -> None:
+    """Losses within `tolerance` relative; weights within it relative or `atol` absolute
+    (Adam normalises tiny gradients, so near-zero weights differ by rounding, not by a bug)."""
+    ref_losses, ref_weights, _ = reference
+    assert losses == pytest.approx(ref_losses, rel=tolerance)
+    assert set(weights) == set(ref_weights)
+    for name, copies in weights.items():
+        for value in copies:
+            torch.testing.assert_close(value, ref_weights[name], rtol=tolerance, atol=atol)
+
+
+def test_mixed_tp_replicas_with_uneven_shares_match_the_reference(tmp_path: Path) -> None:
+    losses, weights, reference = _train(MIXED_TP, {}, tmp_path)
+    _assert_matches(losses, weights, reference, 1e-5)
+
+
+def test_neighbours_with_different_tp_and_tied_embeddings_match(tmp_path: Path) -> None:
+    losses, weights, reference = _train(NEIGHBOURS, {}, tmp_path)
+    _assert_matches(losses, weights, reference, 1e-5)
+    assert len(weights["embedding.tokens.weight"]) == 2, "first and last stage hold the table"
+
+
+def test_two_pipelines_uneven_shares_adamw_and_a_binding_clip_match(tmp_path: Path) -> None:
+    losses, weights, reference = _train(PIPELINES, {"optimizer": ADAMW, "clip": 0.05}, tmp_path)
+    _assert_matches(losses, weights, reference, 1e-3, atol=1e-5)
+    ref_losses, _, norms = reference
+    assert losses == pytest.approx(ref_losses, rel=1e-6)
+    assert min(norms) > 0.05, "the clip binds on every step"
+
+
+@pytest.mark.parametrize(
+    ("mutation", "plan"),
+    [("tp-grad", NEIGHBOURS), ("unweighted", MIXED_TP), ("untied", NEIGHBOURS)],
+)
+def test_broken_synchronisation_is_caught(tmp_path: Path, mutation: str, plan: Plan) -> None:
+    losses, weights, reference = _train(plan, {}, tmp_path, mutation)
+    with pytest.raises(AssertionError):
+        _assert_matches(losses, weights, reference, 1e-5)
+
+
+def test_learning_rate_follows_deepspeeds_formulas() -> None:
+    cosine = {
+        "type": "WarmupCosineLR",
+        "params": {
+            "total_num_steps": 10,
+            "warmup_num_steps": 4,
+            "warmup_min_ratio": 0.0,
+            "warmup_type": "linear",
+            "cos_min_ratio": 0.1,
+        },
+    }
+    assert learning_rate(cosine, 1.0, 0) == 0.0
+    assert learning_rate(cosine, 1.0, 2) == pytest.approx(0.5)
+    # after warm-up: (step - 4 + 1) / 6 of the way along the cosine from 1 to 0.1
+    assert learning_rate(cosine, 1.0, 4) == pytest.approx(0.1 + 0.9 * (1 + 0.8660254) / 2)
+    assert learning_rate(cosine, 1.0, 9) == pytest.approx(0.1)
+    warm = {
+        "type": "WarmupLR",
+        "params": {
+            "warmup_min_lr": 0.0,
+            "warmup_max_lr": 2.0,
+            "warmup_num_steps": 4,
+            "warmup_type": "linear",
+        },
+    }
+    assert [learning_rate(warm, 2.0, s) for s in range(6)] == [0.0, 0.5, 1.0, 1.5, 2.0, 2.0]
+    assert learning_rate(None, 3.0, 7) == 3.0
