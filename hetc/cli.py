@@ -286,6 +286,30 @@ def compile_command(
         raise typer.Exit(code)
 
 
+@app.command()
+@_guarded
+def launch(
+    out_dir: Annotated[Path, typer.Argument(help="What `hetc compile` wrote.")],
+    run_dir: Annotated[
+        Path, typer.Option("--run-dir", help="Where ranks write start-up records (HETC_RUN_DIR).")
+    ] = Path("hetc-run"),
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0.0, help="Seconds; then stop every node and fail."),
+    ] = None,
+    node: Annotated[
+        list[int] | None,
+        typer.Option("--node", min=0, help="Start only this node index (repeatable; debugging)."),
+    ] = None,
+) -> None:
+    """Run every node script of a compiled plan on this host, streaming their output."""
+    from hetc.local_launch import run_launch
+
+    code = run_launch(out_dir, run_dir=run_dir, timeout=timeout, only=node or (), echo=typer.echo)
+    if code:
+        raise typer.Exit(code)
+
+
 def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
     """--exact / --approximations as the planner takes them (None: its default)."""
     if exact:

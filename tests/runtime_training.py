@@ -6,7 +6,8 @@ deliberate bug (the mutation checks):
 
 MUTATION: `tp-grad` (TP-group gradient all-reduce skipped), `unweighted` (each pipeline's loss
 averaged over its own samples, then pipelines averaged: unweighted shares), `untied` (the tied
-embedding all-reduce skipped).
+embedding all-reduce skipped), `fail-publish-2` (the checkpoint of step 2 fails just before
+its directory is renamed into place).
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ model:
 training:
   global_batch_size: {batch}
   seq_len: 16
-  precision: fp32
+  precision: {precision}
   zero_stage: 0
   gradient_clipping: {clip}
   optimizer: {optimizer}
   seed: 7
 devices:
-  - {{name: CPU, kind: cpu, memory: 2GiB, peak_tflops: {{fp32: 0.05}}, memory_bandwidth: 10GB/s,
-     intra_node: {{kind: shared-memory, bandwidth: 5GB/s}}, source: "nominal"}}
+  - {{name: CPU, kind: cpu, memory: 2GiB, peak_tflops: {{fp32: 0.05, bf16: 0.05, fp16: 0.05}},
+     memory_bandwidth: 10GB/s, intra_node: {{kind: shared-memory, bandwidth: 5GB/s}},
+     source: "nominal"}}
 zones:
   - name: z
     pools: [{{device: CPU, quota: 8, gpus_per_node: 4}}]
@@ -58,9 +60,20 @@ SGD = "{type: sgd, lr: 0.5, momentum: 0.0, weight_decay: 0.0}"
 ADAMW = "{type: adamw, lr: 1.0e-2, betas: [0.9, 0.95], weight_decay: 0.1}"
 
 
-def oracle_spec(*, batch: int, optimizer: str = SGD, clip: float = 0.0, tied: bool = True) -> Spec:
+def oracle_spec(
+    *,
+    batch: int,
+    optimizer: str = SGD,
+    clip: float = 0.0,
+    tied: bool = True,
+    precision: str = "fp32",
+) -> Spec:
     text = SPEC.format(
-        batch=batch, optimizer=optimizer, clip=clip, tied="true" if tied else "false"
+        batch=batch,
+        optimizer=optimizer,
+        clip=clip,
+        tied="true" if tied else "false",
+        precision=precision,
     )
     checked = check_text(text)
     assert checked.spec is not None, [d.format() for d in checked.diagnostics]
@@ -89,10 +102,12 @@ def write_compiled(plan: Plan, spec: Spec, out: Path) -> Topology:
 
 
 def reference_run(
-    spec: Spec, steps: int, micro: int
+    spec: Spec, steps: int, micro: int, *, initial_scale_power: int = 16
 ) -> tuple[list[float], dict[str, torch.Tensor], list[float]]:
     """One process, the whole model, the whole global batch: losses, final weights, and each
-    step's gradient norm before clipping."""
+    step's gradient norm before clipping. bf16/fp16 compute under autocast with fp32 weights;
+    fp16 scales the loss as DeepSpeed does (hysteresis 2: the first overflow keeps the scale,
+    each later one halves it; a skipped step does not update)."""
     from hetc.runtime.data import TrainingData
     from hetc.runtime.model import ModelConfig, reference_model
 
@@ -114,20 +129,35 @@ def reference_run(
             model.parameters(), lr=o.lr, betas=o.betas, eps=o.eps, weight_decay=o.weight_decay
         )
     tokens = batch * spec.training.seq_len
+    precision = spec.training.precision
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scale, hysteresis = (2.0**initial_scale_power, 2) if precision == "fp16" else (1.0, 0)
     losses, norms = [], []
     for step in range(steps):
         optimizer.zero_grad()
         total = 0.0
         for j in range(batch // micro):
             inputs, targets = data.microbatch(step, 0, j)
-            loss = model(inputs, targets=targets) / tokens
-            loss.backward()
-            total += float(loss.detach())
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                summed = model(inputs, targets=targets)
+            (summed.float() * (scale / tokens)).backward()
+            total += float(summed.detach()) / tokens
+        losses.append(total)
+        if precision == "fp16":
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            if not all(bool(torch.isfinite(g).all()) for g in grads):
+                if hysteresis == 1:
+                    scale /= 2
+                else:
+                    hysteresis -= 1
+                norms.append(float("inf"))
+                continue
+            for g in grads:
+                g.div_(scale)
         clip = spec.training.gradient_clipping
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip if clip > 0 else 1e30)
         norms.append(float(norm))
         optimizer.step()
-        losses.append(total)
     return losses, {k: v.detach().clone() for k, v in model.named_parameters()}, norms
 
 
@@ -164,6 +194,17 @@ def _mutate(name: str) -> None:
         train.StageTrainer.__init__ = init  # type: ignore[method-assign]
     elif name == "untied":
         train.StageTrainer._tied = lambda self: False  # type: ignore[method-assign]
+    elif name == "fail-publish-2":
+        from hetc.runtime import checkpoint
+
+        publish = checkpoint._publish
+
+        def failing(tmp: Path, final: Path) -> None:
+            if final.name == "step-2":
+                raise OSError("simulated crash before the rename")
+            publish(tmp, final)
+
+        checkpoint._publish = failing
     else:
         raise SystemExit(f"unknown mutation {name}")
 

@@ -4,6 +4,7 @@ synchronisation step is deliberately broken."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -72,11 +73,24 @@ PIPELINES = _plan(  # 2 stages x 2 pipelines, shares 5 and 3, tied embeddings
 )
 
 
-def _train(plan: Plan, spec_kwargs: dict[str, object], tmp: Path, mutation: str | None = None):
+def _train(
+    plan: Plan,
+    spec_kwargs: dict[str, object],
+    tmp: Path,
+    mutation: str | None = None,
+    *,
+    steps: int = STEPS,
+    initial_scale_power: int = 16,
+):
     spec = oracle_spec(batch=plan.global_batch_size, **spec_kwargs)  # type: ignore[arg-type]
     out, run, weights = tmp / "out", tmp / "run", tmp / "weights"
     out.mkdir()
     topology = write_compiled(plan, spec, out)
+    for config in (out / "deepspeed").glob("*.json"):
+        text = json.loads(config.read_text())
+        if "fp16" in text:
+            text["fp16"]["initial_scale_power"] = initial_scale_power
+            config.write_text(json.dumps(text))
     command = [sys.executable, "-m", "hetc.runtime"]
     if mutation is not None:
         command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
@@ -85,14 +99,16 @@ def _train(plan: Plan, spec_kwargs: dict[str, object], tmp: Path, mutation: str 
             node=r.node,
             local_rank=r.local_rank,
             torch_rank=r.torch_rank,
-            command=[*command, "--steps", str(STEPS), "--save-weights", str(weights)],
+            command=[*command, "--steps", str(steps), "--save-weights", str(weights)],
         )
         for r in ranks_in_plan_order(topology)
     ]
     outcomes = launch(ranks, out, run, timeout=120)
     for outcome in outcomes:
         assert outcome.returncode == 0, outcome.stderr[-3000:]
-    reference = reference_run(spec, STEPS, plan.microbatch_size)
+    reference = reference_run(
+        spec, steps, plan.microbatch_size, initial_scale_power=initial_scale_power
+    )
     return run_losses(run), saved_weights(weights), reference
 
 
@@ -124,6 +140,24 @@ def test_two_pipelines_uneven_shares_adamw_and_a_binding_clip_match(tmp_path: Pa
     ref_losses, _, norms = reference
     assert losses == pytest.approx(ref_losses, rel=1e-6)
     assert min(norms) > 0.05, "the clip binds on every step"
+
+
+def test_bf16_matches_a_bf16_reference(tmp_path: Path) -> None:
+    """bf16 autocast on both sides; the tolerance covers bf16's 8-bit mantissa under other
+    reduction orders (TP all-reduces, chunked sums)."""
+    losses, weights, reference = _train(MIXED_TP, {"precision": "bf16"}, tmp_path)
+    _assert_matches(losses, weights, reference, 2e-2, atol=2e-3)
+
+
+def test_fp16_overflow_is_agreed_and_skipped_like_the_reference(tmp_path: Path) -> None:
+    """Loss scale 2^20: steps 1 and 2 overflow (the first is absorbed by hysteresis, the
+    second halves the scale), every rank of both stages skips them, and the run still matches
+    an fp16 reference that applies DeepSpeed's rules (torch runs fp16 autocast on CPU)."""
+    losses, weights, reference = _train(
+        NEIGHBOURS, {"precision": "fp16"}, tmp_path, steps=6, initial_scale_power=20
+    )
+    assert [n == float("inf") for n in reference[2]] == [False, True, True, False, False, False]
+    _assert_matches(losses, weights, reference, 1e-2, atol=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -163,3 +197,16 @@ def test_learning_rate_follows_deepspeeds_formulas() -> None:
     }
     assert [learning_rate(warm, 2.0, s) for s in range(6)] == [0.0, 0.5, 1.0, 1.5, 2.0, 2.0]
     assert learning_rate(None, 3.0, 7) == 3.0
+
+
+def test_loss_scaler_follows_deepspeeds_dynamic_rules() -> None:
+    """Hysteresis 2: the first overflow keeps the scale, later ones halve it (not below the
+    minimum); `window` clean steps after the last overflow double it."""
+    from hetc.runtime.train import LossScaler
+
+    scaler = LossScaler(scale=16.0, window=3, minimum=4.0, hysteresis=2)
+    seen = []
+    for overflow in [True, True, True, True, False, False, False, False]:
+        scaler.update(overflow)
+        seen.append(scaler.scale)
+    assert seen == [16.0, 8.0, 4.0, 4.0, 4.0, 4.0, 8.0, 8.0]

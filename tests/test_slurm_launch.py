@@ -1,6 +1,7 @@
 """A compiled het-job on a real (local) Slurm: every rank of the plan starts, finds its rank
-file, joins the process group and verifies its groups; USR1 reaches the batch shell as a
-checkpoint request without stopping the step. scripts/slurm-local.sh starts the cluster."""
+file, joins the process group, verifies its groups and trains the run's steps; USR1 reaches the
+batch shell as a checkpoint request without stopping the step. scripts/slurm-local.sh starts the
+cluster."""
 
 from __future__ import annotations
 
@@ -140,5 +141,13 @@ def test_het_job_starts_every_rank_and_takes_a_checkpoint_request(
         assert sorted(record["groups"]) == names
     assert len({r["torch_rank"] for r in records}) == 6
     assert text.count("ready (node") == 6
+    # ... and trained the run's steps, every rank logging every step's (global) loss.
+    steps = 20
+    assert f"step {steps - 1} loss" in text
+    for rank in range(6):
+        lines = (run_dir / "metrics" / f"rank-{rank:05d}.jsonl").read_text().splitlines()
+        logged = [json.loads(line) for line in lines]
+        assert [m["step"] for m in logged] == list(range(steps))
+        assert len({m["loss"] for m in logged}) == steps
     # The plan crosses two pools: the job had two het components on two partitions.
     assert len({p.node.split("@")[0] for p in topology.processes}) == 2

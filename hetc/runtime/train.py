@@ -16,19 +16,26 @@ and then broadcast inside each TP group, so every replica counts once. With tied
 over several stages, the token table's gradient is summed once over every holder in the
 first and last stage (the tied groups), which also covers the data-parallel sum.
 
+Precision: parameters, gradients, optimizer state and every reduction stay fp32 (the master
+copy); bf16 and fp16 run the forward under autocast, as DeepSpeed's mixed precision computes
+in the low type and keeps fp32 master weights. fp16 scales the loss dynamically with
+DeepSpeed's rules (`LossScaler`), and every rank agrees on overflow before anyone steps, so no
+stage skips a step another takes.
+
 This path runs every capability cell with hetc's own synchronisation (ZeRO partitions
 optimizer state, not the arithmetic, so the update is the same); the runtime issue's
-DeepSpeed-engine path for ZeRO 1/2 is not here yet, and neither are fp16/bf16 (refused).
+DeepSpeed-engine path for ZeRO 1/2 is not here yet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +64,48 @@ class Member:
     replica: int
     tp_rank: int
     pipeline: int
+
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(kw_only=True)
+class LossScaler:
+    """DeepSpeed's dynamic loss scaling (runtime/fp16/loss_scaler.py DynamicLossScaler): halve
+    the scale on an overflow once `hysteresis` overflows are used up, double it after
+    `window` steps without one, never below `minimum`."""
+
+    scale: float
+    window: int
+    minimum: float
+    hysteresis: int
+    iteration: int = 0
+    last_overflow: int = -1
+    hysteresis_left: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.hysteresis_left = self.hysteresis
+
+    @classmethod
+    def from_config(cls, fp16: Mapping[str, Any]) -> LossScaler:
+        return cls(
+            scale=2.0 ** fp16["initial_scale_power"],
+            window=fp16["loss_scale_window"],
+            minimum=float(fp16["min_loss_scale"]),
+            hysteresis=fp16["hysteresis"],
+        )
+
+    def update(self, overflow: bool) -> None:
+        if overflow:
+            if self.hysteresis == 1 or self.hysteresis_left == 1:
+                self.scale = max(self.scale / 2, self.minimum)
+            else:
+                self.hysteresis_left -= 1
+            self.last_overflow = self.iteration
+        elif (self.iteration - self.last_overflow) % self.window == 0:
+            self.hysteresis_left = self.hysteresis
+            self.scale *= 2
+        self.iteration += 1
 
 
 def learning_rate(scheduler: Mapping[str, Any] | None, base: float, step: int) -> float:
@@ -129,12 +178,10 @@ class StageTrainer:
             for n in cluster["nodes"]
             for p in n["processes"]
         }
-        if self.training["precision"] != "fp32":
-            raise TrainingError(
-                f"precision {self.training['precision']}: this runtime trains fp32 only so far"
-                " (capability cells precision/fp16 and precision/bf16 are not implemented yet)"
-            )
         self.device = torch.device("cpu")
+        self.precision = self.training["precision"]
+        fp16 = self.deepspeed.get("fp16")
+        self.scaler = LossScaler.from_config(fp16) if fp16 and fp16.get("enabled") else None
         tp = rf["tp"]
         self.tp_size, self.tp_rank = tp["size"], tp["rank"]
         self.tp_group = started.groups[tp["group"]] if self.tp_size > 1 else None
@@ -174,8 +221,14 @@ class StageTrainer:
     def _torch(self, plan_rank: int) -> int:
         return self.started.torch_ranks[plan_rank]
 
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        dtype = AUTOCAST.get(self.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
+
     def _send_chunks(self, full: Tensor, transfers: Sequence[Mapping[str, int]]) -> None:
-        flat = full.detach().reshape(-1)
+        flat = full.detach().float().reshape(-1)
         for t in transfers:
             piece = flat.chunk(t["chunks"])[t["chunk"]].contiguous()
             work = dist.isend(piece, dst=self._torch(t["peer"]))
@@ -219,12 +272,13 @@ class StageTrainer:
                     x = inputs
                 else:
                     x = self._receive_full(self.rank_file["previous_stage"]).requires_grad_()
+                scale = self.scaler.scale if self.scaler else 1.0
+                with self._autocast():
+                    out = self.model(x, targets=targets) if self.last else self.model(x)
                 if self.last:
-                    summed = self.model(x, targets=targets)
-                    loss_sum += summed.detach().double()
-                    saved[index] = (x, summed / self.tokens_per_batch)
+                    loss_sum += out.detach().double()
+                    saved[index] = (x, out.float() * (scale / self.tokens_per_batch))
                 else:
-                    out = self.model(x)
                     self._send_chunks(out, self.rank_file["next_stage"])
                     saved[index] = (x, out)
             else:
@@ -232,9 +286,8 @@ class StageTrainer:
                 if self.last:
                     torch.autograd.backward([out])
                 else:
-                    torch.autograd.backward(
-                        [out], [self._receive_full(self.rank_file["next_stage"])]
-                    )
+                    grad = self._receive_full(self.rank_file["next_stage"])
+                    torch.autograd.backward([out], [grad.to(out.dtype)])
                 if not self.first:
                     assert x.grad is not None
                     self._send_chunks(x.grad, self.rank_file["previous_stage"])
@@ -242,12 +295,30 @@ class StageTrainer:
             work.wait()
         self._sends.clear()
         self._synchronise()
+        if self.scaler is not None and not self._unscale():
+            return self._global_loss(loss_sum)
         self._clip()
         rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.optimizer.step()
         return self._global_loss(loss_sum)
+
+    def _unscale(self) -> bool:
+        """fp16: whether to step. Every rank learns whether any gradient overflowed anywhere
+        (one all-reduce), so all skip or all step; then the loss scale is divided out."""
+        assert self.scaler is not None
+        local = any(not torch.isfinite(_grad(p)).all() for p in self.parameters.values())
+        flag = torch.tensor([1.0 if local else 0.0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        overflow = bool(flag.item())
+        scale = self.scaler.scale
+        self.scaler.update(overflow)
+        if overflow:
+            return False
+        for parameter in self.parameters.values():
+            _grad(parameter).div_(scale)
+        return True
 
     def _base_rate(self) -> float:
         optimizer = self.deepspeed.get("optimizer")

@@ -1,0 +1,403 @@
+"""`hetc launch OUT_DIR`: every node of a compiled plan on this host, for laptops, CI and debugging.
+
+It only starts the node scripts `hetc compile` wrote (never torch itself), each in its own
+session so that stopping a node reaches its whole process group, all joined at one rendezvous on
+a free local port. A failed node ends the run: on one host a retry would fail the same way, so
+torchrun restarts are off unless asked for, and the other nodes are stopped rather than left
+waiting for a rendezvous that will not complete. What the user needs from a failure is which
+node failed first (later failures are usually the others losing their peer) and its last lines.
+
+Exit status (returned, the CLI exits with it): 0 every node exited 0; 1 the output is not
+unchanged hetc output, a node failed, or the run timed out; 2 `--node` names no node of the
+plan; 130 interrupted (Ctrl-C), 143 or 129 on SIGTERM or SIGHUP. A missing `bash` or
+`torchrun` raises EnvironmentProblem (exit 4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from hetc.plan import RankFileError, read_cluster_file
+from hetc.schema import EnvironmentProblem
+
+Echo = Callable[..., None]
+
+TAIL_LINES = 20
+STOP_GRACE = 35.0
+"""Seconds between SIGTERM and SIGKILL. torchrun starts its workers in sessions of their own,
+out of reach of a signal to its group, and on SIGTERM gives them up to 30 s before killing them:
+killing torchrun sooner could leave workers behind."""
+DRAIN_SECONDS = 5.0
+"""How long to wait for the rest of a node's output once it has exited: a worker that outlived
+its torchrun may hold the pipe open for ever."""
+MANIFEST = "manifest.json"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Besides Ctrl-C (SIGINT, Python's KeyboardInterrupt): stop every node, exit 128 + signal."""
+
+
+class InvalidOutput(Exception):
+    """OUT_DIR is not what `hetc compile` wrote, or was changed since."""
+
+
+class _Signalled(Exception):
+    """hetc itself was told to stop. The nodes run in sessions of their own, out of reach of
+    the terminal's or a supervisor's signals, so hetc must pass the stop on or leave orphans."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, _frame: object) -> None:
+    raise _Signalled(signum)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NodeScript:
+    index: int
+    id: str
+    script: Path
+
+    @property
+    def label(self) -> str:
+        return f"node{self.index:04d} {self.id}"
+
+
+@dataclass(kw_only=True, slots=True)
+class _Running:
+    node: NodeScript
+    process: subprocess.Popen[bytes]
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    readers: list[threading.Thread] = field(default_factory=list)
+    exited: threading.Event = field(default_factory=threading.Event)
+
+
+def _edits(out_dir: Path) -> list[str]:
+    """How `out_dir` differs from its manifest; raises InvalidOutput without a hetc manifest.
+    Unlike `hetc.emit.output.unchanged_hetc_output`, it says which files, for the message."""
+    try:
+        record = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+        listed = {e["path"]: e["sha256"] for e in record["files"]}
+        if record.get("generator") != "hetc":
+            raise ValueError
+    except FileNotFoundError:
+        raise InvalidOutput(f"{out_dir} has no {MANIFEST}: it is not hetc compile output") from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise InvalidOutput(f"{out_dir}/{MANIFEST} is not a hetc manifest") from None
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot read {out_dir}/{MANIFEST}: {exc.strerror or exc}", f"make {out_dir} readable"
+        ) from None
+    try:
+        present = {
+            p.relative_to(out_dir).as_posix()
+            for p in out_dir.rglob("*")
+            if p.is_file() or p.is_symlink()
+        } - {MANIFEST}
+        edited = [
+            path
+            for path in sorted(set(listed) & present)
+            if hashlib.sha256((out_dir / path).read_bytes()).hexdigest() != listed[path]
+        ]
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot read {out_dir}: {exc.strerror or exc}", f"make {out_dir} readable"
+        ) from None
+    problems = [f"{path} is missing" for path in sorted(set(listed) - present)]
+    problems += [f"{path} is not in the manifest" for path in sorted(present - set(listed))]
+    problems += [f"{path} was edited" for path in edited]
+    return problems
+
+
+def node_scripts(out_dir: Path) -> list[NodeScript]:
+    """The node scripts of an unchanged compiled output, in plan order; raises InvalidOutput.
+    Edited files are refused because the runtime's start-up checks trust them."""
+    if not out_dir.is_dir():
+        raise InvalidOutput(f"{out_dir} is not a directory")
+    edits = _edits(out_dir)
+    if edits:
+        raise InvalidOutput(
+            f"{out_dir} was changed since hetc compiled it: {'; '.join(edits)}."
+            " Compile again instead of editing the output"
+        )
+    try:
+        cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
+    except RankFileError as exc:
+        raise InvalidOutput("; ".join(exc.problems)) from None
+    nodes = [
+        NodeScript(
+            index=node["index"],
+            id=node["id"],
+            script=out_dir / "launch" / f"node{node['index']:04d}.sh",
+        )
+        for node in cluster["nodes"]
+        if node["processes"]
+    ]
+    missing = [n.label for n in nodes if not n.script.is_file()]
+    if missing:
+        raise InvalidOutput(f"{out_dir} has no launch script for {', '.join(missing)}")
+    return nodes
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _torchrun(environ: dict[str, str]) -> str:
+    """The user's HETC_TORCHRUN, else the torchrun installed with this Python (so a venv works
+    without being activated), else torchrun on PATH."""
+    given = environ.get("HETC_TORCHRUN")
+    if given:
+        if shutil.which(given) is None:
+            raise EnvironmentProblem(
+                f"HETC_TORCHRUN={given} is not an executable",
+                "point HETC_TORCHRUN at torchrun, or unset it",
+            )
+        return given
+    beside = Path(sys.executable).parent / "torchrun"
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("torchrun")
+    if found is None:
+        raise EnvironmentProblem(
+            f"torchrun is neither beside {sys.executable} nor on PATH",
+            "install torch in this environment, or set HETC_TORCHRUN=/path/to/torchrun",
+        )
+    return found
+
+
+def launch_environment(out_dir: Path, run_dir: Path, environ: dict[str, str]) -> dict[str, str]:
+    """What every node script gets: the caller's environment, one rendezvous, and HETC_OUT
+    pinned to the checked directory (a recompile during the run swaps `out`'s link, and a stray
+    HETC_OUT would override the scripts' own path)."""
+    return {
+        **environ,
+        "HETC_OUT": str(out_dir),
+        "HETC_RDZV_ENDPOINT": f"127.0.0.1:{_free_port()}",
+        "HETC_RDZV_ID": f"local-{os.getpid()}",
+        "HETC_RUN_DIR": str(run_dir),
+        "HETC_MAX_RESTARTS": environ.get("HETC_MAX_RESTARTS", "0"),
+        "HETC_TORCHRUN": _torchrun(environ),
+    }
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def _signal_groups(runs: Iterable[_Running], sig: signal.Signals) -> None:
+    """Signal each node's process group, leader gone or not: what it left behind goes too."""
+    for run in runs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(run.process.pid, sig)
+
+
+def _stop(runs: Sequence[_Running]) -> list[_Running]:
+    """SIGTERM every node's group, SIGKILL after STOP_GRACE (at once on a second Ctrl-C);
+    returns the nodes that were still running."""
+    alive = [r for r in runs if not r.exited.is_set()]
+    _signal_groups(runs, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    try:
+        for run in alive:
+            run.exited.wait(max(0.0, deadline - time.monotonic()))
+    except (KeyboardInterrupt, _Signalled):
+        pass
+    _signal_groups(runs, signal.SIGKILL)
+    for run in alive:
+        run.process.wait()
+    return alive
+
+
+def _drain(runs: Sequence[_Running]) -> None:
+    deadline = time.monotonic() + DRAIN_SECONDS
+    for run in runs:
+        for reader in run.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Terminal:
+    """Whole lines from every node, one writer at a time, each line prefixed with its node."""
+
+    def __init__(self, echo: Echo) -> None:
+        self._echo = echo
+        self._lock = threading.Lock()
+
+    def say(self, message: str) -> None:
+        with self._lock:
+            self._echo(message, err=True)
+
+    def copy(self, run: _Running, pipe: IO[bytes], err: bool) -> None:
+        prefix = f"[{run.node.label}] "
+        for raw in pipe:
+            line = raw.decode("utf-8", errors="replace").rstrip("\n").removesuffix("\r")
+            with self._lock:
+                run.tail.append(line)
+                self._echo(prefix + line, err=err)
+        pipe.close()
+
+
+def _start(
+    nodes: Sequence[NodeScript],
+    env: dict[str, str],
+    terminal: _Terminal,
+    runs: list[_Running],
+    exits: queue.Queue[_Running],
+) -> None:
+    """Start every node script, adding each to `runs` at once (so that an interrupt while
+    starting stops those already started); `exits` receives each node as it exits, in order."""
+    bash = shutil.which("bash")
+    if bash is None:
+        raise EnvironmentProblem("bash is not on PATH", "install bash; the node scripts need it")
+    for node in nodes:
+        try:
+            process = subprocess.Popen(
+                [bash, str(node.script)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            _stop(runs)
+            raise EnvironmentProblem(
+                f"cannot start {node.script}: {exc.strerror or exc}",
+                "check that the output directory is readable and the system can start processes",
+            ) from None
+        run = _Running(node=node, process=process)
+        runs.append(run)
+        for pipe, err in ((process.stdout, False), (process.stderr, True)):
+            assert pipe is not None
+            reader = threading.Thread(target=terminal.copy, args=(run, pipe, err), daemon=True)
+            reader.start()
+            run.readers.append(reader)
+        threading.Thread(target=_reap, args=(run, exits), daemon=True).start()
+
+
+def _reap(run: _Running, exits: queue.Queue[_Running]) -> None:
+    run.process.wait()
+    run.exited.set()
+    exits.put(run)
+
+
+def _supervise(
+    runs: list[_Running], exits: queue.Queue[_Running], timeout: float | None, terminal: _Terminal
+) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for _ in runs:
+        try:
+            run = exits.get(
+                timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
+            )
+        except queue.Empty:
+            stopped = _stop(runs)
+            _drain(runs)
+            terminal.say(
+                f"hetc: timed out after {timeout:g} s; stopped "
+                + ", ".join(r.node.label for r in stopped)
+            )
+            return 1
+        code = run.process.returncode
+        if code:
+            stopped = _stop(runs)
+            _drain(runs)
+            terminal.say(
+                f"hetc: {run.node.label} failed first, {_describe(code)}; its last"
+                f" {len(run.tail)} line(s):\n"
+                + "".join(f"  {line}\n" for line in run.tail)
+                + (
+                    "hetc: stopped " + ", ".join(r.node.label for r in stopped)
+                    if stopped
+                    else "hetc: no other node was still running"
+                )
+            )
+            return 1
+    _drain(runs)
+    terminal.say(f"hetc: all {len(runs)} node(s) exited 0")
+    return 0
+
+
+def run_launch(
+    out_dir: Path,
+    *,
+    run_dir: Path,
+    timeout: float | None,
+    only: Collection[int],
+    echo: Echo,
+) -> int:
+    """Start the node scripts, stream their output, and return the exit status (see the module
+    docstring). Raises EnvironmentProblem when bash, torchrun or the run directory is missing."""
+    pinned = out_dir.resolve()
+    try:
+        nodes = node_scripts(pinned)
+    except InvalidOutput as exc:
+        echo(f"hetc: {exc}", err=True)
+        return 1
+    unknown = sorted(set(only) - {n.index for n in nodes})
+    if unknown:
+        echo(
+            f"hetc: --node {', '.join(map(str, unknown))}: the plan's nodes are"
+            f" {', '.join(str(n.index) for n in nodes)}",
+            err=True,
+        )
+        return 2
+    run_dir = Path(os.path.abspath(run_dir))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot create the run directory {run_dir}: {exc.strerror or exc}",
+            "pass a writable --run-dir",
+        ) from None
+    env = launch_environment(pinned, run_dir, dict(os.environ))
+    chosen = [n for n in nodes if not only or n.index in only]
+    terminal = _Terminal(echo)
+    terminal.say(
+        f"hetc: starting {len(chosen)} of {len(nodes)} node(s) of {out_dir}: rendezvous"
+        f" {env['HETC_RDZV_ENDPOINT']}, id {env['HETC_RDZV_ID']}, run directory {run_dir}"
+    )
+    for left_out in (n for n in nodes if n not in chosen):
+        terminal.say(
+            f"hetc: not starting {left_out.label}; to join it: HETC_RDZV_ENDPOINT="
+            f"{env['HETC_RDZV_ENDPOINT']} HETC_RDZV_ID={env['HETC_RDZV_ID']}"
+            f" HETC_RUN_DIR={shlex.quote(str(run_dir))} bash {shlex.quote(str(left_out.script))}"
+        )
+    runs: list[_Running] = []
+    exits: queue.Queue[_Running] = queue.Queue()
+    previous = {sig: signal.signal(sig, _raise_signalled) for sig in STOP_SIGNALS}
+    try:
+        _start(chosen, env, terminal, runs, exits)
+        return _supervise(runs, exits, timeout, terminal)
+    except (KeyboardInterrupt, _Signalled) as exc:
+        signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
+        _stop(runs)
+        _drain(runs)
+        terminal.say(f"hetc: {signal.Signals(signum).name}: stopped every node")
+        return 128 + signum
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,287 @@
+"""`hetc launch`: the compiled local-cpu example's node scripts, run as they are, with torchrun
+replaced by a fake (HETC_TORCHRUN) that reports what it was given and then fails, sleeps or
+floods its output on request; and once with the real torchrun, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hetc.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = ROOT / "examples" / "local-cpu.yaml"
+LONG = 3000
+"""Characters in a flood line: more than a pipe writes atomically."""
+
+FAKE_TORCHRUN = r"""#!/usr/bin/env bash
+echo "fake-torchrun node=$HETC_NODE out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} $*"
+echo "fake-torchrun stderr $HETC_NODE" >&2
+echo $$ > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
+if [[ -n "${FAKE_LINES:-}" ]]; then
+    long=$(printf 'x%.0s' $(seq "$FAKE_LONG"))
+    for i in $(seq "$FAKE_LINES"); do echo "flood $i $HETC_NODE $long"; done
+fi
+if [[ "$HETC_NODE" == "${FAKE_FAIL_NODE:-}" ]]; then
+    for i in $(seq 30); do echo "fail line $i"; done
+    exit 3
+fi
+sleep "${FAKE_SLEEP:-0}" &  # a child of its own: stopping the node must reach its group
+echo $! > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
+wait
+"""
+
+PREFIXED = re.compile(r"\[node(\d{4}) ([^\]]+)\] (.*)")
+
+
+def _compile(out: Path) -> Path:
+    result = CliRunner().invoke(app, ["compile", str(LOCAL), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _compile(tmp_path_factory.mktemp("compiled") / "out")
+
+
+@pytest.fixture(scope="module")
+def node_ids(compiled: Path) -> list[str]:
+    cluster = json.loads((compiled / "topology" / "cluster.json").read_text(encoding="utf-8"))
+    ids = [node["id"] for node in cluster["nodes"]]
+    assert len(ids) == 2 and all(node["processes"] for node in cluster["nodes"])
+    return ids
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> dict[str, str]:
+    """The environment for a run with the fake torchrun; FAKE_PIDS collects its process ids."""
+    script = tmp_path / "fake-torchrun"
+    script.write_text(FAKE_TORCHRUN, encoding="utf-8")
+    script.chmod(0o755)
+    (tmp_path / "pids").mkdir()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HETC_", "FAKE_"))}
+    return {
+        **environ,
+        "HETC_TORCHRUN": str(script),
+        "FAKE_PIDS": str(tmp_path / "pids"),
+        "FAKE_LONG": str(LONG),
+    }
+
+
+def _launch(
+    out: Path, env: dict[str, str], *options: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hetc", "launch", str(out), *options],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _started(stdout: str) -> dict[str, list[str]]:
+    """Node id -> the fake's first line in each of its runs (one per start)."""
+    starts: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        match = PREFIXED.fullmatch(line)
+        if match and match[3].startswith("fake-torchrun node="):
+            assert match[3].startswith(f"fake-torchrun node={match[2]} "), line
+            starts.setdefault(match[2], []).append(match[3])
+    return starts
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie: an orphan's zombie waits for init, which reaps when it likes."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _assert_all_gone(env: dict[str, str]) -> None:
+    """Every process the fake torchruns started has ended: none was left behind."""
+    pids = [int(p.read_text()) for p in Path(env["FAKE_PIDS"]).iterdir()]
+    assert pids
+    deadline = time.monotonic() + 5  # a killed process can take a moment to go
+    while any(map(_running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if _running(pid)]
+
+
+def test_every_node_starts_once_and_every_line_arrives_whole(
+    compiled: Path, node_ids: list[str], fake: dict[str, str], tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    lines = 200
+    env = {**fake, "FAKE_LINES": str(lines), "FAKE_EXTRA": "passed-through"}
+    done = _launch(compiled, env, "--run-dir", str(run_dir))
+    assert done.returncode == 0, done.stderr
+    starts = _started(done.stdout)
+    assert sorted(starts) == sorted(node_ids)
+    assert all(len(runs) == 1 for runs in starts.values())
+    endpoints, ids = set(), set()
+    for (first,) in starts.values():
+        assert f" out={compiled.resolve()} run={run_dir} extra=passed-through " in first
+        assert "--max-restarts=0 " in first and first.endswith(
+            f"-m hetc.runtime {compiled.resolve()}"
+        )
+        endpoints |= set(re.findall(r"--rdzv-endpoint=(127\.0\.0\.1:\d+) ", first))
+        ids |= set(re.findall(r"--rdzv-id=(local-\d+) ", first))
+    assert len(endpoints) == 1 and len(ids) == 1
+    floods = {node_id: 0 for node_id in node_ids}
+    for line in done.stdout.splitlines():
+        match = PREFIXED.fullmatch(line)
+        assert match, line[:200]
+        assert node_ids[int(match[1])] == match[2]
+        if match[3].startswith("flood "):
+            assert match[3] == f"flood {floods[match[2]] + 1} {match[2]} {'x' * LONG}"
+            floods[match[2]] += 1
+    assert floods == {node_id: lines for node_id in node_ids}
+    for node_id in node_ids:
+        assert f"] fake-torchrun stderr {node_id}" in done.stderr
+    assert "hetc: all 2 node(s) exited 0" in done.stderr
+
+
+def test_the_users_restarts_setting_is_kept(compiled: Path, fake: dict[str, str]) -> None:
+    done = _launch(compiled, {**fake, "HETC_MAX_RESTARTS": "2"})
+    assert done.returncode == 0, done.stderr
+    assert all("--max-restarts=2 " in run[0] for run in _started(done.stdout).values())
+
+
+def test_a_failing_node_stops_the_others_and_is_named(
+    compiled: Path, node_ids: list[str], fake: dict[str, str]
+) -> None:
+    failing = node_ids[1]
+    began = time.monotonic()
+    done = _launch(compiled, {**fake, "FAKE_FAIL_NODE": failing, "FAKE_SLEEP": "60"})
+    elapsed = time.monotonic() - began
+    assert done.returncode == 1, done.stderr
+    assert elapsed < 20, elapsed
+    _, _, summary = done.stderr.partition(f"hetc: node0001 {failing} failed first, exit code 3")
+    assert summary, done.stderr
+    tail = [line.strip() for line in summary.splitlines()[1:-1]]
+    assert len(tail) == 20 and tail[-1] == "fail line 30"
+    assert "fail line 11" in tail and "fail line 10" not in tail
+    assert summary.splitlines()[-1] == f"hetc: stopped node0000 {node_ids[0]}"
+    _assert_all_gone(fake)
+
+
+def test_timeout_stops_every_node_and_fails(compiled: Path, fake: dict[str, str]) -> None:
+    began = time.monotonic()
+    done = _launch(compiled, {**fake, "FAKE_SLEEP": "60"}, "--timeout", "1")
+    assert done.returncode == 1, done.stderr
+    assert time.monotonic() - began < 20
+    assert "hetc: timed out after 1 s; stopped node0000" in done.stderr
+    _assert_all_gone(fake)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_stops_every_node(
+    compiled: Path, fake: dict[str, str], sig: signal.Signals, code: int
+) -> None:
+    hetc = subprocess.Popen(
+        [sys.executable, "-m", "hetc", "launch", str(compiled)],
+        env={**fake, "FAKE_SLEEP": "60"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while len(list(Path(fake["FAKE_PIDS"]).iterdir())) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # the pid files are written; let each fake reach its `wait`
+    hetc.send_signal(sig)
+    _, stderr = hetc.communicate(timeout=30)
+    assert hetc.returncode == code, stderr
+    assert f"hetc: {sig.name}: stopped every node" in stderr
+    _assert_all_gone(fake)
+
+
+def test_node_option_starts_only_that_node(
+    compiled: Path, node_ids: list[str], fake: dict[str, str]
+) -> None:
+    done = _launch(compiled, fake, "--node", "1")
+    assert done.returncode == 0, done.stderr
+    assert list(_started(done.stdout)) == [node_ids[1]]
+    assert f"hetc: not starting node0000 {node_ids[0]}; to join it: HETC_RDZV_ENDPOINT=" in (
+        done.stderr
+    )
+
+    done = _launch(compiled, fake, "--node", "2")
+    assert done.returncode == 2
+    assert "hetc: --node 2: the plan's nodes are 0, 1" in done.stderr
+
+
+def test_edited_or_foreign_output_is_refused(tmp_path: Path, fake: dict[str, str]) -> None:
+    out = _compile(tmp_path / "out")
+    script = out / "launch" / "node0000.sh"
+    script.write_text(script.read_text(encoding="utf-8") + "echo hi\n", encoding="utf-8")
+    (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    done = _launch(out, fake)
+    assert done.returncode == 1
+    assert "launch/node0000.sh was edited" in done.stderr
+    assert "notes.txt is not in the manifest" in done.stderr
+    assert not _started(done.stdout)
+
+    (tmp_path / "plain").mkdir()
+    done = _launch(tmp_path / "plain", fake)
+    assert done.returncode == 1 and "it is not hetc compile output" in done.stderr
+    done = _launch(tmp_path / "absent", fake)
+    assert done.returncode == 1 and "is not a directory" in done.stderr
+    assert not list(Path(fake["FAKE_PIDS"]).iterdir())
+
+
+def test_a_missing_torchrun_is_an_environment_problem(
+    compiled: Path, fake: dict[str, str], tmp_path: Path
+) -> None:
+    done = _launch(compiled, {**fake, "HETC_TORCHRUN": str(tmp_path / "no-torchrun")})
+    assert done.returncode == 4
+    assert "is not an executable" in done.stderr and "To fix:" in done.stderr
+
+
+def test_launch_imports_neither_torch_nor_deepspeed(compiled: Path, fake: dict[str, str]) -> None:
+    probe = (
+        "import sys\n"
+        "from hetc.cli import app\n"
+        f"try:\n    app(['launch', {str(compiled)!r}], prog_name='hetc')\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'deepspeed')]\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=fake, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stderr
+
+
+@pytest.mark.slow
+def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None:
+    """The real torchrun beside this Python, found without HETC_TORCHRUN or an activated venv."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HETC_")}
+    env = {**environ, "PATH": "/usr/bin:/bin", "HETC_BACKEND": "gloo"}
+    env["HETC_STARTUP_TIMEOUT"] = "60"
+    env.pop("VIRTUAL_ENV", None)
+    done = _launch(
+        compiled, env, "--run-dir", str(tmp_path / "run"), "--timeout", "240", timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for rank in range(4):
+        ready = [
+            line
+            for line in done.stdout.splitlines()
+            if PREFIXED.fullmatch(line) and f"] hetc-runtime: rank {rank} of 4 ready" in line
+        ]
+        assert len(ready) == 1, (rank, done.stdout[-3000:])
