@@ -178,7 +178,11 @@ class StageTrainer:
             for n in cluster["nodes"]
             for p in n["processes"]
         }
-        self.device = torch.device("cpu")
+        self.device = (
+            torch.device("cuda", rf["device_index"])
+            if dist.get_backend() == "nccl"
+            else torch.device("cpu")
+        )
         self.precision = self.training["precision"]
         fp16 = self.deepspeed.get("fp16")
         self.scaler = LossScaler.from_config(fp16) if fp16 and fp16.get("enabled") else None
@@ -195,7 +199,7 @@ class StageTrainer:
             self.tp_size,
             self.tp_rank,
             self.training["seed"],
-        )
+        ).to(self.device)
         self.hidden = config.hidden
         self.first, self.last = rf["stage"] == 0, rf["stage"] == rf["stages"] - 1
         shares = [p.microbatches for p in self.plan.pipelines]
@@ -204,6 +208,7 @@ class StageTrainer:
             base_dir=data_dir or Path(os.environ.get("HETC_DATA_DIR", ".")),
             shares=shares,
             micro=self.plan.microbatch_size,
+            device=self.device,
         )
         self.micro, self.seq = self.plan.microbatch_size, self.training["seq_len"]
         self.tokens_per_batch = self.training["global_batch_size"] * self.seq
@@ -263,7 +268,7 @@ class StageTrainer:
             parameter.grad = None
         pipeline = self.rank_file["pipeline"]
         saved: dict[int, tuple[Tensor, Tensor]] = {}
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for op in self.rank_file["schedule"]:
             kind, index = op[0], int(op[1:])
             if kind == "F":
@@ -309,7 +314,7 @@ class StageTrainer:
         (one all-reduce), so all skip or all step; then the loss scale is divided out."""
         assert self.scaler is not None
         local = any(not torch.isfinite(_grad(p)).all() for p in self.parameters.values())
-        flag = torch.tensor([1.0 if local else 0.0])
+        flag = torch.tensor([1.0 if local else 0.0], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         overflow = bool(flag.item())
         scale = self.scaler.scale
@@ -384,7 +389,7 @@ class StageTrainer:
         tied table by the first stage."""
         if self.clip <= 0:
             return
-        square = torch.zeros((), dtype=torch.float64)
+        square = torch.zeros((), dtype=torch.float64, device=self.device)
         if self.rank_file["replica"] == 0:
             for name, parameter in self.parameters.items():
                 spec = self.specs[name]
