@@ -210,3 +210,28 @@ def test_loss_scaler_follows_deepspeeds_dynamic_rules() -> None:
         scaler.update(overflow)
         seen.append(scaler.scale)
     assert seen == [16.0, 8.0, 4.0, 4.0, 4.0, 4.0, 8.0, 8.0]
+
+
+def test_a_plan_outside_the_capability_matrix_is_refused_on_every_rank(tmp_path: Path) -> None:
+    """Mixed TP degrees in a stage with ZeRO 1 (a cell the matrix marks unsupported): every
+    rank stops at start-up with the cell's name, before training."""
+    spec = oracle_spec(batch=MIXED_TP.global_batch_size)
+    out = tmp_path / "out"
+    out.mkdir()
+    topology = write_compiled(MIXED_TP, spec, out)
+    record = json.loads((out / "training.json").read_text())
+    record["zero_stage"] = 1
+    (out / "training.json").write_text(json.dumps(record))
+    ranks = [
+        type(r)(
+            node=r.node,
+            local_rank=r.local_rank,
+            torch_rank=r.torch_rank,
+            command=[sys.executable, "-m", "hetc.runtime", "--steps", "1"],
+        )
+        for r in ranks_in_plan_order(topology)
+    ]
+    for outcome in launch(ranks, out, tmp_path / "run", timeout=60):
+        assert outcome.returncode == 1
+        assert "mixed-tp-stage/zero-1: not supported" in outcome.stderr
+        assert "Traceback" not in outcome.stderr

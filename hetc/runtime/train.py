@@ -33,7 +33,6 @@ import contextlib
 import json
 import math
 import os
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +42,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from hetc.plan import Plan, plan_from_json, read_cluster_file
+from hetc.plan import Plan, capability_problems, plan_from_json, read_cluster_file
 from hetc.runtime.data import TrainingData
+from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
 from hetc.runtime.model import ModelConfig, ParamSpec, StageModule
 from hetc.runtime.startup import Startup
 
@@ -166,6 +166,16 @@ class StageTrainer:
         self.training = json.loads((out_dir / "training.json").read_text(encoding="utf-8"))
         self.deepspeed = json.loads((out_dir / rf["deepspeed_config"]).read_text(encoding="utf-8"))
         self.plan: Plan = plan_from_json((out_dir / "plan.json").read_text(encoding="utf-8"))
+        refused = capability_problems(
+            self.plan,
+            zero_stage=self.training["zero_stage"],
+            precision=self.training["precision"],
+        )
+        if refused:
+            raise TrainingError(
+                "this plan needs what the runtime cannot run (hetc/plan/capability.py): "
+                + "; ".join(refused)
+            )
         cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
         self.members = {
             p["rank"]: Member(
@@ -218,6 +228,7 @@ class StageTrainer:
             list(self.parameters.values()), self.deepspeed, self.training
         )
         self.clip = float(self.deepspeed.get("gradient_clipping", 0.0))
+        self.clock = IterationClock()
         self._sends: list[tuple[dist.Work, Tensor]] = []
         """Sends in flight, with their tensors (kept alive until the sends complete)."""
 
@@ -247,15 +258,17 @@ class StageTrainer:
         chunks = transfers[0]["chunks"]
         size = self.micro * self.seq * self.hidden // chunks
         mine = []
-        for t in sorted(transfers, key=lambda t: t["chunk"]):
-            buffer = torch.empty(size, device=self.device)
-            dist.recv(buffer, src=self._torch(t["peer"]))
-            mine.append(buffer)
+        with self.clock.section("idle"):
+            for t in sorted(transfers, key=lambda t: t["chunk"]):
+                buffer = torch.empty(size, device=self.device)
+                dist.recv(buffer, src=self._torch(t["peer"]))
+                mine.append(buffer)
         local = torch.cat(mine)
         if self.tp_size == 1:
             return local.reshape(shape)
         gathered = [torch.empty_like(local) for _ in range(self.tp_size)]
-        dist.all_gather(gathered, local, group=self.tp_group)
+        with self.clock.section("communication"):
+            dist.all_gather(gathered, local, group=self.tp_group)
         order = self.started.group_ranks[self.rank_file["tp"]["group"]]
         by_tp = {self.members[r].tp_rank: g for r, g in zip(order, gathered, strict=True)}
         return torch.cat([by_tp[k] for k in range(self.tp_size)]).reshape(shape)
@@ -263,7 +276,9 @@ class StageTrainer:
     # -- one iteration -------------------------------------------------------------------
 
     def train_step(self, step: int) -> float:
-        """Run one iteration; returns the global batch's mean token loss (same on all ranks)."""
+        """Run one iteration; returns the global batch's mean token loss (same on all ranks).
+        `self.clock` holds where this rank's time went."""
+        clock = self.clock = IterationClock()
         for parameter in self.parameters.values():
             parameter.grad = None
         pipeline = self.rank_file["pipeline"]
@@ -278,7 +293,7 @@ class StageTrainer:
                 else:
                     x = self._receive_full(self.rank_file["previous_stage"]).requires_grad_()
                 scale = self.scaler.scale if self.scaler else 1.0
-                with self._autocast():
+                with clock.section("compute"), self._autocast():
                     out = self.model(x, targets=targets) if self.last else self.model(x)
                 if self.last:
                     loss_sum += out.detach().double()
@@ -288,26 +303,31 @@ class StageTrainer:
                     saved[index] = (x, out)
             else:
                 x, out = saved.pop(index)
-                if self.last:
-                    torch.autograd.backward([out])
-                else:
-                    grad = self._receive_full(self.rank_file["next_stage"])
-                    torch.autograd.backward([out], [grad.to(out.dtype)])
+                grads = None
+                if not self.last:
+                    grads = [self._receive_full(self.rank_file["next_stage"]).to(out.dtype)]
+                with clock.section("compute"):
+                    torch.autograd.backward([out], grads)
                 if not self.first:
                     assert x.grad is not None
                     self._send_chunks(x.grad, self.rank_file["previous_stage"])
-        for work, _ in self._sends:
-            work.wait()
+        with clock.section("idle"):
+            for work, _ in self._sends:
+                work.wait()
         self._sends.clear()
-        self._synchronise()
-        if self.scaler is not None and not self._unscale():
+        with clock.section("communication"):
+            self._synchronise()
+            stepping = self.scaler is None or self._unscale()
+            if stepping:
+                self._clip()
+        if stepping:
+            rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
+            for group in self.optimizer.param_groups:
+                group["lr"] = rate
+            with clock.section("compute"):
+                self.optimizer.step()
+        with clock.section("communication"):
             return self._global_loss(loss_sum)
-        self._clip()
-        rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = rate
-        self.optimizer.step()
-        return self._global_loss(loss_sum)
 
     def _unscale(self) -> bool:
         """fp16: whether to step. Every rank learns whether any gradient overflowed anywhere
@@ -427,18 +447,52 @@ class StepRecord:
     loss: float
     seconds: float
     learning_rate: float
+    compute: float
+    communication: float
+    idle: float
+    peak_bytes: int
+    """Peak memory of this iteration: the CUDA allocator's, or live tensor storage on CPU."""
+    resident_bytes: int
+    """The process's peak resident set size so far (CPU and GPU alike)."""
+
+    def as_json(self) -> dict[str, float | int]:
+        return {
+            "step": self.step,
+            "loss": self.loss,
+            "seconds": self.seconds,
+            "learning_rate": self.learning_rate,
+            "compute_seconds": self.compute,
+            "communication_seconds": self.communication,
+            "idle_seconds": self.idle,
+            "peak_bytes": self.peak_bytes,
+            "resident_bytes": self.resident_bytes,
+        }
 
 
 def train(trainer: StageTrainer, steps: int, *, start_step: int = 0) -> Iterator[StepRecord]:
     """Run `steps` iterations from `start_step`, yielding one record per iteration."""
+    cuda = trainer.device.type == "cuda"
+    tracker = None if cuda else LiveTensorBytes()
     for step in range(start_step, start_step + steps):
-        began = time.perf_counter()
-        loss = trainer.train_step(step)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(trainer.device)
+        else:
+            assert tracker is not None
+            tracker.reset_peak()
+        with contextlib.nullcontext() if tracker is None else tracker:
+            loss = trainer.train_step(step)
+        spent = trainer.clock.finish()
+        peak = torch.cuda.max_memory_allocated(trainer.device) if tracker is None else tracker.peak
         yield StepRecord(
             step=step,
             loss=loss,
-            seconds=time.perf_counter() - began,
+            seconds=spent["seconds"],
             learning_rate=trainer.optimizer.param_groups[0]["lr"],
+            compute=spent["compute"],
+            communication=spent["communication"],
+            idle=spent["idle"],
+            peak_bytes=int(peak),
+            resident_bytes=resident_bytes(),
         )
 
 

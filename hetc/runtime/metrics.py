@@ -1,0 +1,83 @@
+"""What each rank measures per iteration: where its time went and its peak memory.
+
+Time is split three ways by the code that spends it: compute (forward and backward of the
+stage, TP collectives inside the layers included), communication (the data-parallel and tied
+sums, the boundary all-gathers inside a replica, the clip and loss reductions) and idle (blocked
+waiting for a pipeline neighbour's activation or gradient, and whatever else the iteration
+spent). On a GPU the peak is the CUDA caching allocator's; a CPU has no allocator statistics, so
+`LiveTensorBytes` counts the bytes of every tensor storage created while it is active, until
+that storage is freed, and the process's resident set size is reported beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+SECTIONS = ("compute", "communication", "idle")
+
+
+class IterationClock:
+    """Seconds per section within one iteration; `idle` also takes what no section claimed."""
+
+    def __init__(self) -> None:
+        self.spent = dict.fromkeys(SECTIONS, 0.0)
+        self.began = time.perf_counter()
+
+    @contextlib.contextmanager
+    def section(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[name] += time.perf_counter() - started
+
+    def finish(self) -> dict[str, float]:
+        total = time.perf_counter() - self.began
+        claimed = self.spent["compute"] + self.spent["communication"]
+        return {**self.spent, "idle": max(0.0, total - claimed), "seconds": total}
+
+
+class LiveTensorBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Peak bytes of live tensor storage created under this mode (CPU peak memory)."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.live: dict[int, int] = {}
+        self.current = 0
+        self.peak = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for value in tree_flatten(out)[0]:
+            if isinstance(value, torch.Tensor):
+                self._track(value.untyped_storage())
+        return out
+
+    def _track(self, storage: torch.UntypedStorage) -> None:
+        key, size = storage.data_ptr(), storage.nbytes()
+        if size == 0 or key in self.live:
+            return
+        self.live[key] = size
+        self.current += size
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(storage, self._free, key)
+
+    def _free(self, key: int) -> None:
+        self.current -= self.live.pop(key, 0)
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+
+def resident_bytes() -> int:
+    """The process's peak resident set size so far (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,55 @@
+"""Per-iteration measurements: live tensor bytes on CPU, time sections, resident size."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import torch
+
+from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
+
+
+def test_live_tensor_bytes_counts_storage_until_it_is_freed() -> None:
+    with LiveTensorBytes() as tracker:
+        a = torch.empty(1000, dtype=torch.float32)
+        b = torch.empty(500, dtype=torch.float64)
+        assert tracker.current == 4000 + 4000
+        view = a[10:20]  # a view shares its storage: not counted again
+        assert tracker.current == 8000
+        del a, view
+        gc.collect()
+        assert tracker.current == 4000
+        c = torch.zeros(100, dtype=torch.int8)
+        assert tracker.peak == 8000 and tracker.current == 4100
+        tracker.reset_peak()
+        assert tracker.peak == 4100
+        del b, c
+
+
+def test_live_tensor_bytes_sees_autograd_intermediates() -> None:
+    """A forward and backward allocate activations and gradients the tracker must count."""
+    layer = torch.nn.Linear(64, 64)
+    x = torch.randn(32, 64)
+    with LiveTensorBytes() as tracker:
+        y = layer(x).relu()
+        y.sum().backward()
+    # at least the output (32 x 64 floats) and the weight's gradient (64 x 64 floats)
+    assert tracker.peak >= (32 * 64 + 64 * 64) * 4
+
+
+def test_clock_sections_and_idle_remainder() -> None:
+    clock = IterationClock()
+    with clock.section("compute"):
+        time.sleep(0.02)
+    with clock.section("communication"):
+        time.sleep(0.01)
+    time.sleep(0.01)
+    spent = clock.finish()
+    assert spent["compute"] >= 0.02 and spent["communication"] >= 0.01
+    assert spent["idle"] >= 0.01
+    assert abs(spent["compute"] + spent["communication"] + spent["idle"] - spent["seconds"]) < 1e-9
+
+
+def test_resident_bytes_is_positive() -> None:
+    assert resident_bytes() > 10**6
