@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Install hetc on a fresh machine and run it on a bundled example.
+# Install hetc on a fresh machine, compile a bundled example spec into demo-out/ (plan,
+# topology, DeepSpeed configs, launch scripts, report), then train the bundled CPU example for a
+# few steps on this machine (hetc launch).
 # Usage: bash scripts/demo.sh [example spec]   (default: examples/gptneo-a100-v100.yaml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,14 @@ echo "+ the compiled files (demo-out/manifest.json lists them with their sha256)
 find -L demo-out -type f | sort | sed -n '1,12p'
 echo "  ... $(find -L demo-out -type f | wc -l) files; the report begins:"
 sed -n '1,40p' demo-out/report.md
+
+# Training needs the runtime extra; torch first and pinned (an unpinned torch pulls CUDA).
+echo
+echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-train"
+.venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
+.venv/bin/pip install -q --disable-pip-version-check -e ".[runtime]"
+.venv/bin/hetc compile examples/local-cpu.yaml -o demo-train
+.venv/bin/hetc launch demo-train --run-dir demo-train-run 2>&1 | grep -E "hetc-runtime: (rank|step)|^hetc:"
 
 # What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
 broken=$(mktemp --suffix=.yaml)

@@ -43,7 +43,7 @@ training:
   global_batch_size: {batch}
   seq_len: 16
   precision: {precision}
-  zero_stage: 0
+  zero_stage: {zero}
   gradient_clipping: {clip}
   optimizer: {optimizer}
   seed: 7
@@ -67,6 +67,7 @@ def oracle_spec(
     clip: float = 0.0,
     tied: bool = True,
     precision: str = "fp32",
+    zero: int = 0,
 ) -> Spec:
     text = SPEC.format(
         batch=batch,
@@ -74,6 +75,7 @@ def oracle_spec(
         clip=clip,
         tied="true" if tied else "false",
         precision=precision,
+        zero=zero,
     )
     checked = check_text(text)
     assert checked.spec is not None, [d.format() for d in checked.diagnostics]

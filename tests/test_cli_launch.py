@@ -282,6 +282,7 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
         ready = [
             line
             for line in done.stdout.splitlines()
-            if PREFIXED.fullmatch(line) and f"] hetc-runtime: rank {rank} of 4 ready" in line
+            # torchrun's --tee prefixes each worker's lines with `[default<local rank>]:`
+            if PREFIXED.fullmatch(line) and f"hetc-runtime: rank {rank} of 4 ready" in line
         ]
         assert len(ready) == 1, (rank, done.stdout[-3000:])

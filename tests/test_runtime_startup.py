@@ -105,7 +105,14 @@ def test_torchrun_two_nodes(tmp_path: Path) -> None:
     for node, processes in ((NODE_A, 3), (NODE_B, 2)):
         command = [str(torchrun), "--nnodes", "2", "--nproc-per-node", str(processes)]
         command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "x"]
-        command += ["-m", "hetc.runtime", str(tmp_path / "out"), "--timeout", "60"]
+        command += [
+            "-m",
+            "hetc.runtime",
+            "--startup-only",
+            str(tmp_path / "out"),
+            "--timeout",
+            "60",
+        ]
         env = {"HETC_NODE": node, "HETC_RUN_DIR": str(tmp_path / "run"), "HETC_BACKEND": "gloo"}
         agents.append(
             subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)

@@ -107,8 +107,17 @@ def _dump(document: Any) -> str:
     return buffer.getvalue()
 
 
+def _anchored(document: Any, folder: Any) -> Any:
+    """The example with its relative data path made absolute: the tests validate documents
+    written elsewhere, and a token file is looked up from the spec's folder."""
+    data = document.get("data") if isinstance(document, dict) else None
+    if isinstance(data, dict) and isinstance(data.get("path"), str):
+        data["path"] = str(folder / data["path"])
+    return document
+
+
 TEXTS = {f.stem: f.read_text(encoding="utf-8") for f in EXAMPLE_FILES}
-DOCS = {name: _load(text) for name, text in TEXTS.items()}
+DOCS = {f.stem: _anchored(_load(TEXTS[f.stem]), f.parent) for f in EXAMPLE_FILES}
 NAMES = sorted(DOCS)
 
 

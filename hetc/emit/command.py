@@ -44,7 +44,9 @@ def run_compile_command(
             " not proven best",
             err=True,
         )
-    compiled = compile_output(spec, result, spec_file_name=spec_path.name)
+    compiled = compile_output(
+        spec, result, spec_file_name=spec_path.name, spec_dir=str(spec_path.parent)
+    )
     written = write_output(output, compiled.files, executable=compiled.executable, force=force)
     best = result.proposals[0]
     sim = best.simulation

@@ -7,6 +7,7 @@ anything is written; `output.write_output` then writes it atomically.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,11 +49,17 @@ def canonical_json(value: Any) -> bytes:
     return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def training_record(spec: Spec) -> dict[str, Any]:
+def training_record(spec: Spec, *, spec_dir: str | None = None) -> dict[str, Any]:
     """`training.json`: what the runtime needs from the spec besides the plan (it never reads
-    the spec: the runtime imports `hetc.plan` alone). `data.path` is as the spec wrote it,
-    relative to the directory the spec was in."""
+    the spec: the runtime imports `hetc.plan` alone). `data.path` is as the spec wrote it;
+    `data.resolved` is that path made absolute from the spec's directory (`spec_dir`), which the
+    runtime reads unless HETC_DATA_DIR says where the data lives on the training machines."""
     training = spec.training
+    data = None
+    if spec.data is not None:
+        data = asdict(spec.data)
+        if spec_dir is not None:
+            data["resolved"] = os.path.abspath(os.path.join(spec_dir, spec.data.path))
     return {
         "version": TRAINING_FORMAT_VERSION,
         "spec_name": spec.name,
@@ -67,7 +74,7 @@ def training_record(spec: Spec) -> dict[str, Any]:
         "seed": training.seed,
         "optimizer": asdict(training.optimizer),
         "lr_schedule": asdict(training.lr_schedule),
-        "data": None if spec.data is None else asdict(spec.data),
+        "data": data,
         "run": asdict(spec.run),
     }
 
@@ -99,8 +106,11 @@ def _device(plan: Plan, node_id: str) -> str:
     return node.device
 
 
-def compile_output(spec: Spec, result: PlanningResult, *, spec_file_name: str) -> CompiledOutput:
-    """The files for the best plan of `result` (which must have at least one proposal)."""
+def compile_output(
+    spec: Spec, result: PlanningResult, *, spec_file_name: str, spec_dir: str | None = None
+) -> CompiledOutput:
+    """The files for the best plan of `result` (which must have at least one proposal);
+    `spec_dir`, the spec's directory, resolves a relative data path."""
     best = result.proposals[0]
     plan = best.plan
     training = spec.training
@@ -114,7 +124,7 @@ def compile_output(spec: Spec, result: PlanningResult, *, spec_file_name: str) -
     topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
     files: dict[str, bytes] = {
         "plan.json": plan_to_json(plan).encode(),
-        "training.json": canonical_json(training_record(spec)),
+        "training.json": canonical_json(training_record(spec, spec_dir=spec_dir)),
         "topology/cluster.json": canonical_json(cluster_record(plan, topology)),
     }
     configs, config_of = _deepspeed_files(spec, plan, topology)

@@ -24,10 +24,8 @@ class Cell:
 WAVE_1: dict[str, Cell] = {
     c.name: c
     for c in (
-        *(
-            Cell(f"uniform-tp-stage/zero-{z}", True, "DeepSpeed engine per stage")
-            for z in (0, 1, 2)
-        ),
+        Cell("uniform-tp-stage/zero-0", True, "hetc's own data-parallel synchronisation"),
+        *(Cell(f"uniform-tp-stage/zero-{z}", True, "DeepSpeed engine per stage") for z in (1, 2)),
         Cell("mixed-tp-stage/zero-0", True, "hetc's chunked data-parallel synchronisation"),
         *(
             Cell(

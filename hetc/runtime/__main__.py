@@ -3,7 +3,8 @@
 Start-up (every process matches the plan, every process group checks out), then training for
 the run's steps (or `--steps`). Exit status 0 when all went well, 1 with one line on stderr
 otherwise. Each rank appends one JSON line per step to `HETC_RUN_DIR/metrics/rank-<r>.jsonl`;
-plan rank 0 also prints the loss of each step.
+plan rank 0 also prints the loss of each step. `--resume` continues from a checkpoint;
+`hetc.runtime.checkpoint` says where checkpoints go and when they are written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from hetc.runtime.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    checkpoint_root,
+    load_checkpoint,
+)
 from hetc.runtime.startup import StartupError, start
 from hetc.runtime.train import StageTrainer, TrainingError, full_weights, train
 
@@ -39,7 +46,19 @@ def _parser() -> argparse.ArgumentParser:
         help="the longest any start-up step waits for the other processes"
         " (default: $HETC_STARTUP_TIMEOUT or 300)",
     )
-    parser.add_argument("--steps", type=int, help="iterations to train (default: the run's)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="iterations to train (default: the run's, less those a resumed checkpoint did)",
+    )
+    parser.add_argument(
+        "--resume",
+        nargs="?",
+        const="latest",
+        metavar="PATH",
+        help="continue from a checkpoint: 'latest' (the default) in the run's checkpoint_dir,"
+        " a checkpoint step-<k> directory, or a checkpoint directory's latest",
+    )
     parser.add_argument(
         "--startup-only",
         action="store_true",
@@ -72,11 +91,15 @@ def main(argv: list[str] | None = None) -> int:
             print("hetc-runtime: start-up verified", flush=True)
             return 0
         trainer = StageTrainer(started, args.out_dir)
-        steps = args.steps if args.steps is not None else trainer.training["run"]["steps"]
+        root = checkpoint_root(trainer)
+        first = 0 if args.resume is None else load_checkpoint(trainer, args.resume, root)
+        steps = args.steps if args.steps is not None else trainer.training["run"]["steps"] - first
+        steps = max(steps, 0)
+        checkpoints = Checkpointer(trainer, root, timeout=args.timeout, start_step=first)
         metrics = started.run_dir / "metrics" / f"rank-{rank:05d}.jsonl"
         metrics.parent.mkdir(parents=True, exist_ok=True)
         with open(metrics, "a", encoding="utf-8") as log:
-            for record in train(trainer, steps):
+            for record in train(trainer, steps, start_step=first):
                 line = {
                     "step": record.step,
                     "loss": record.loss,
@@ -92,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
                         f" ({record.seconds:.3f} s)",
                         flush=True,
                     )
+                checkpoints.after_step(record.step + 1)
+        checkpoints.close(first + steps)
         if args.save_weights is not None:
             weights = full_weights(trainer)
             if weights is not None:
@@ -104,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except TrainingError as exc:
         print(f"hetc-runtime: training failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except CheckpointError as exc:
+        print(f"hetc-runtime: checkpoint failed: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
         if dist.is_initialized():

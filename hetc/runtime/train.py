@@ -22,9 +22,10 @@ in the low type and keeps fp32 master weights. fp16 scales the loss dynamically 
 DeepSpeed's rules (`LossScaler`), and every rank agrees on overflow before anyone steps, so no
 stage skips a step another takes.
 
-This path runs every capability cell with hetc's own synchronisation (ZeRO partitions
-optimizer state, not the arithmetic, so the update is the same); the runtime issue's
-DeepSpeed-engine path for ZeRO 1/2 is not here yet.
+A stage whose replicas share one TP degree under ZeRO 1 or 2 runs the same loop but hands its
+forward, backward and step to a DeepSpeed engine (`hetc.runtime.engine`), which reduces,
+partitions, scales and steps in DeepSpeed's own precision; every other stage (ZeRO 0, mixed TP
+degrees) uses the synchronisation here.
 """
 
 from __future__ import annotations
@@ -36,17 +37,20 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from hetc.plan import Plan, capability_problems, plan_from_json, read_cluster_file
-from hetc.runtime.data import TrainingData
+from hetc.runtime.data import SYNTHETIC, TrainingData
 from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
 from hetc.runtime.model import ModelConfig, ParamSpec, StageModule
 from hetc.runtime.startup import Startup
+
+if TYPE_CHECKING:
+    from hetc.runtime.engine import StageEngine
 
 TOKEN_TABLE = "embedding.tokens.weight"
 
@@ -157,6 +161,15 @@ def make_optimizer(
     )
 
 
+def wants_engine(plan: Plan, rank_file: Mapping[str, Any], deepspeed: Mapping[str, Any]) -> bool:
+    """Whether this stage trains through a DeepSpeed engine (`hetc.runtime.engine`): ZeRO 1 or
+    2 with every replica of the stage at one TP degree, as a ZeRO partition is of identical
+    tensors on every replica."""
+    zero = deepspeed.get("zero_optimization", {}).get("stage", 0)
+    replicas = plan.stages[rank_file["stage"]].replicas
+    return zero in (1, 2) and len({r.tp for r in replicas}) == 1
+
+
 class StageTrainer:
     """One process: its stage's module, its pipeline's microbatches, its groups."""
 
@@ -214,8 +227,8 @@ class StageTrainer:
         self.first, self.last = rf["stage"] == 0, rf["stage"] == rf["stages"] - 1
         shares = [p.microbatches for p in self.plan.pipelines]
         self.data = TrainingData.from_training(
-            self.training,
-            base_dir=data_dir or Path(os.environ.get("HETC_DATA_DIR", ".")),
+            _with_data_path(self.training, data_dir),
+            base_dir=Path("."),
             shares=shares,
             micro=self.plan.microbatch_size,
             device=self.device,
@@ -224,9 +237,18 @@ class StageTrainer:
         self.tokens_per_batch = self.training["global_batch_size"] * self.seq
         self.parameters = dict(self.model.named_parameters())
         self.specs = {s.name: s for s in self.model.specs}
-        self.optimizer = make_optimizer(
-            list(self.parameters.values()), self.deepspeed, self.training
-        )
+        self.engine: StageEngine | None = None
+        if wants_engine(self.plan, rf, self.deepspeed):
+            # deepspeed is imported (2 s) only where a stage trains through its engine.
+            from hetc.runtime.engine import StageEngine
+
+            self.engine = StageEngine(self)
+            self.optimizer = self.engine.optimizer
+            self.scaler = None  # the engine scales the loss
+        else:
+            self.optimizer = make_optimizer(
+                list(self.parameters.values()), self.deepspeed, self.training
+            )
         self.clip = float(self.deepspeed.get("gradient_clipping", 0.0))
         self.clock = IterationClock()
         self._sends: list[tuple[dist.Work, Tensor]] = []
@@ -236,6 +258,13 @@ class StageTrainer:
 
     def _torch(self, plan_rank: int) -> int:
         return self.started.torch_ranks[plan_rank]
+
+    def _forward(self, x: Tensor, targets: Tensor | None) -> Tensor:
+        if self.engine is not None:
+            return self.engine.forward(x, targets)
+        with self._autocast():
+            out: Tensor = self.model(x) if targets is None else self.model(x, targets=targets)
+        return out
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         dtype = AUTOCAST.get(self.precision)
@@ -279,8 +308,9 @@ class StageTrainer:
         """Run one iteration; returns the global batch's mean token loss (same on all ranks).
         `self.clock` holds where this rank's time went."""
         clock = self.clock = IterationClock()
-        for parameter in self.parameters.values():
-            parameter.grad = None
+        if self.engine is None:
+            for parameter in self.parameters.values():
+                parameter.grad = None
         pipeline = self.rank_file["pipeline"]
         saved: dict[int, tuple[Tensor, Tensor]] = {}
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -293,8 +323,8 @@ class StageTrainer:
                 else:
                     x = self._receive_full(self.rank_file["previous_stage"]).requires_grad_()
                 scale = self.scaler.scale if self.scaler else 1.0
-                with clock.section("compute"), self._autocast():
-                    out = self.model(x, targets=targets) if self.last else self.model(x)
+                with clock.section("compute"):
+                    out = self._forward(x, targets if self.last else None)
                 if self.last:
                     loss_sum += out.detach().double()
                     saved[index] = (x, out.float() * (scale / self.tokens_per_batch))
@@ -303,11 +333,16 @@ class StageTrainer:
                     saved[index] = (x, out)
             else:
                 x, out = saved.pop(index)
-                grads = None
+                grad = None
                 if not self.last:
-                    grads = [self._receive_full(self.rank_file["next_stage"]).to(out.dtype)]
+                    grad = self._receive_full(self.rank_file["next_stage"])
                 with clock.section("compute"):
-                    torch.autograd.backward([out], grads)
+                    if self.engine is not None:
+                        self.engine.backward(out, grad)
+                    else:
+                        torch.autograd.backward(
+                            [out], None if grad is None else [grad.to(out.dtype)]
+                        )
                 if not self.first:
                     assert x.grad is not None
                     self._send_chunks(x.grad, self.rank_file["previous_stage"])
@@ -315,6 +350,11 @@ class StageTrainer:
             for work, _ in self._sends:
                 work.wait()
         self._sends.clear()
+        if self.engine is not None:
+            rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
+            with clock.section("communication"):  # mostly ZeRO's reductions and gathers
+                self.engine.step(rate)
+                return self._global_loss(loss_sum)
         with clock.section("communication"):
             self._synchronise()
             stepping = self.scaler is None or self._unscale()
@@ -426,6 +466,22 @@ class StageTrainer:
                 _grad(parameter).mul_(scale)
 
 
+def _with_data_path(training: Mapping[str, Any], data_dir: Path | None) -> dict[str, Any]:
+    """training.json with the token file's path to read: under `data_dir` (or HETC_DATA_DIR)
+    when given, else the path the compiler resolved from the spec's directory."""
+    record = dict(training)
+    data = training.get("data")
+    if data is None or data["path"] == SYNTHETIC:
+        return record
+    directory = data_dir or os.environ.get("HETC_DATA_DIR")
+    if directory is not None:
+        path = str(Path(directory) / data["path"])
+    else:
+        path = data.get("resolved", data["path"])
+    record["data"] = {**data, "path": path}
+    return record
+
+
 def _grad(parameter: Tensor) -> Tensor:
     if parameter.grad is None:
         parameter.grad = torch.zeros_like(parameter)
@@ -508,14 +564,16 @@ def train(trainer: StageTrainer, steps: int, *, start_step: int = 0) -> Iterator
 
 def full_weights(trainer: StageTrainer) -> dict[str, Tensor] | None:
     """The stage's parameters as whole tensors by name (plan-independent), on TP rank 0 of
-    replica 0 of each stage; None elsewhere. Every TP rank of every replica 0 must call it."""
+    replica 0 of each stage; None elsewhere. Every TP rank of every replica 0 must call it, and
+    every rank where a DeepSpeed engine partitions the fp32 masters over the replicas."""
+    masters = None if trainer.engine is None else trainer.engine.masters()
     if trainer.rank_file["replica"] != 0:
         return None
     whole: dict[str, Tensor] = {}
     order = trainer.started.group_ranks[trainer.rank_file["tp"]["group"]]
     for name, parameter in trainer.parameters.items():
         spec = trainer.specs[name]
-        value = parameter.detach()
+        value = parameter.detach() if masters is None else masters[name]
         if spec.tp_dim is not None and trainer.tp_size > 1:
             gathered = [torch.empty_like(value) for _ in range(trainer.tp_size)]
             dist.all_gather(gathered, value.contiguous(), group=trainer.tp_group)

@@ -43,6 +43,7 @@ def semantic_findings(data: Any, spec_dir: str = ".") -> list[Finding]:
     for check in (_quantities, _model, _training, _devices, _zones, _network, _sites, _run):
         found.extend(check(data))
     found.extend(_profiles(data, spec_dir))
+    found.extend(_data_file(data, spec_dir))
     return found
 
 
@@ -367,6 +368,19 @@ def _run(data: dict[str, Any]) -> Iterator[Finding]:
             ("run", "checkpoint_every"),
             f"a checkpoint every {every} steps never happens in a run of {steps}"
             " (the final checkpoint is written anyway)",
+            severity="warning",
+        )
+
+
+def _data_file(data: dict[str, Any], spec_dir: str) -> Iterator[Finding]:
+    path = _str(_dict(data.get("data")).get("path"))
+    if path is None or path == "synthetic" or "\0" in path:
+        return
+    if not os.path.isfile(os.path.join(spec_dir, path)):
+        yield Finding(
+            ("data", "path"),
+            f"token file {path!r} not found (paths are relative to the spec's folder; use"
+            " `synthetic` for generated tokens)",
             severity="warning",
         )
 

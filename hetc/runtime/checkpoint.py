@@ -1,0 +1,498 @@
+"""Checkpoints any plan can resume: whole tensors by parameter name, written atomically in the
+background, read back as each rank's shard.
+
+A run is resumed on whatever devices are free, so a checkpoint must not depend on the plan
+that wrote it. It stores each parameter of the model contract (`hetc.runtime.model`) as ONE
+whole tensor under its name, and the optimizer's per-parameter state the same way, so another
+stage cut, data-parallel width or TP degree reads it by name and takes its own `shard`:
+
+    <checkpoint_dir>/latest                  "step-<k>": the newest complete checkpoint
+    <checkpoint_dir>/step-<k>/meta.json      step (the next step to train), data position,
+                                             hetc version, model, optimizer class, plan hash
+                                             that wrote it, fp16 loss-scaler state, optimizer
+                                             state it could not save (then no run resumes
+                                             from it), sha256 of every other file
+    <checkpoint_dir>/step-<k>/params/<name>.pt   the whole parameter (`torch.save`)
+    <checkpoint_dir>/step-<k>/optim/<name>.pt    {state key: tensor}: the whole exp_avg and
+                                             exp_avg_sq and the step count (Adam, AdamW), the
+                                             momentum buffer (SGD with momentum); absent
+                                             where the optimizer keeps no state
+
+`run.checkpoint_dir` is taken relative to the run directory (`HETC_RUN_DIR`) unless absolute:
+the run directory is where a run's other records go, and each Slurm job gets its own by
+default, so set `HETC_RUN_DIR` or an absolute `checkpoint_dir` to resume across jobs. Every
+node must see the directory (a shared file system): plan rank 0 publishes what the others
+wrote.
+
+Writing. For each stage, replica 0's TP ranks all-gather their shards and its TP rank 0
+writes that stage's files (the tied token table only from the first stage). The tensors are
+copied to host memory while training waits, then a background thread writes them into
+`step-<k>.tmp-<token>/`, fsyncs them and drops a done marker carrying their digests (or a
+failed marker with the reason). Plan rank 0's thread waits for every writer's marker, writes
+meta.json, renames the directory to `step-<k>/` and replaces `latest`; a crash at any earlier
+point leaves `latest` on the previous complete checkpoint (and a `*.tmp-*` directory that
+may be deleted). The next checkpoint, and the end of the run, first wait for the write in
+flight; a failed write stops every rank with one message.
+
+Triggers (`Checkpointer.after_step`): every `run.checkpoint_every` steps, at the end of the
+run, when the run directory's `checkpoint-request` file appears (the Slurm USR1 trap writes
+it; the file is removed once that checkpoint is complete), and on SIGUSR1 to the process.
+Ranks see files and signals at different moments, so each iteration they all-reduce what
+they saw and act together.
+
+Reading (`load_checkpoint`). Every rank reads the whole tensors of its own parameters,
+checks their sha256 against meta.json, and keeps its shard; any failure on any rank (a
+missing, truncated or corrupted file, another model) is gathered so that every rank stops
+with the same message naming the file, rather than some ranks hanging in the next
+collective.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from hetc.runtime.data import DataError, DataPosition
+from hetc.runtime.model import ParamSpec, shard
+from hetc.runtime.startup import CHECKPOINT_REQUEST, _hetc_version, checkpoint_requested
+from hetc.runtime.train import TOKEN_TABLE, StageTrainer
+
+FORMAT = 1
+"""meta.json's `format`; a reader refuses others rather than misreading them."""
+LATEST = "latest"
+META = "meta.json"
+
+Contents = dict[str, Tensor | dict[str, Tensor]]
+"""File path inside a checkpoint -> a whole parameter, or a parameter's optimizer state."""
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written or read; the message names the file."""
+
+
+def checkpoint_root(trainer: StageTrainer) -> Path:
+    """Where this run's checkpoints go (see the module docstring)."""
+    return trainer.started.run_dir / str(trainer.training["run"]["checkpoint_dir"])
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+class Checkpointer:
+    """One process's part in writing checkpoints; every method is called by every rank."""
+
+    def __init__(
+        self, trainer: StageTrainer, root: Path, *, timeout: float, start_step: int
+    ) -> None:
+        self.trainer = trainer
+        self.root = root
+        self.timeout = timeout
+        """How long plan rank 0 waits for the other writers' markers."""
+        self.every: int | None = trainer.training["run"]["checkpoint_every"]
+        self.rank = trainer.started.plan_rank
+        self.writers = sorted(
+            m.rank for m in trainer.members.values() if m.replica == 0 and m.tp_rank == 0
+        )
+        self._saved = start_step
+        """The step of the newest checkpoint taken or resumed from: never written twice."""
+        self._thread: threading.Thread | None = None
+        self._error: str | None = None
+        """Set by the background thread when its write failed."""
+        self._serving_request = False
+        """A checkpoint-request file is being served by the write in flight."""
+        self._signals = 0
+        self._signals_seen = 0
+        signal.signal(signal.SIGUSR1, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # Only counts: the checkpoint itself needs every rank, at an iteration boundary.
+        self._signals += 1
+
+    def after_step(self, next_step: int) -> None:
+        """Checkpoint before `next_step` if any rank was asked to or it is time to."""
+        count = self._signals
+        signals, self._signals_seen = count - self._signals_seen, count
+        busy = self._thread is not None and self._thread.is_alive()
+        failed = not busy and self._error is not None
+        seen = [checkpoint_requested(self.trainer.started.run_dir), signals > 0, busy, failed]
+        flags = torch.tensor(seen, dtype=torch.int64, device=self.trainer.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        requested, signalled, any_busy, any_failed = (bool(f) for f in flags.tolist())
+        if any_failed:
+            self._settle()
+        if self._serving_request:
+            requested = False  # the file this look saw is the one being served
+            if not any_busy:
+                self._remove_request()
+        periodic = self.every is not None and next_step % self.every == 0
+        if requested or signalled or periodic:
+            self.save(next_step)
+            self._serving_request = requested
+
+    def close(self, step: int) -> None:
+        """The end of the run: checkpoint `step` unless just done, and wait until it is
+        complete everywhere."""
+        if step != self._saved:
+            self.save(step)
+        self._settle()
+
+    def save(self, step: int) -> None:
+        """Start writing the checkpoint taken before `step`; returns once the tensors are
+        copied."""
+        token = self._settle()
+        self._saved = step
+        contents = stage_contents(self.trainer)
+        if contents is None and self.rank != 0:
+            return
+        tmp = self.root / f"step-{step}.tmp-{token}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        meta = self._meta(step) if self.rank == 0 else None
+        self._thread = threading.Thread(
+            target=self._write,
+            args=(step, tmp, contents, meta),
+            name=f"hetc-checkpoint-{step}",
+        )
+        self._thread.start()
+
+    def _meta(self, step: int) -> dict[str, Any]:
+        """meta.json but its digests, taken now: the loss scale moves on while the files are
+        written."""
+        trainer = self.trainer
+        return {
+            "format": FORMAT,
+            "step": step,
+            "data_position": trainer.data.position(step).to_json(),
+            "hetc_version": _hetc_version(),
+            "model": trainer.training["model"],
+            "optimizer": type(trainer.optimizer).__name__,
+            "plan_hash": trainer.rank_file["plan_hash"],
+            "loss_scaler": None if trainer.scaler is None else asdict(trainer.scaler),
+        }
+
+    def _settle(self) -> str:
+        """Wait for this rank's write in flight, then agree with every rank: raise the same
+        error everywhere if any write failed. Returns a fresh token from plan rank 0 that
+        names the next temporary directory (a crashed attempt's markers are never reused)."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        token = secrets.token_hex(4) if self.rank == 0 else None
+        gathered = _all_gather((self.rank, self._error, token))
+        self._error = None
+        failures = [(rank, error) for rank, error, _ in gathered if error is not None]
+        if failures:
+            rank, error = failures[0]
+            more = f" (and {len(failures) - 1} other ranks failed)" if len(failures) > 1 else ""
+            raise CheckpointError(f"writing a checkpoint failed on plan rank {rank}: {error}{more}")
+        if self._serving_request:
+            self._remove_request()
+        return next(str(t) for _, _, t in gathered if t is not None)
+
+    def _remove_request(self) -> None:
+        (self.trainer.started.run_dir / CHECKPOINT_REQUEST).unlink(missing_ok=True)
+        self._serving_request = False
+
+    def _write(
+        self, step: int, tmp: Path, contents: Contents | None, meta: dict[str, Any] | None
+    ) -> None:
+        try:
+            if contents is not None:
+                self._write_part(tmp, contents)
+            if meta is not None:
+                self._commit(step, tmp, meta)
+        except Exception as exc:  # reported by every rank at the next agreement
+            self._error = f"{type(exc).__name__}: {exc}"
+
+    def _write_part(self, tmp: Path, contents: Contents) -> None:
+        digests: dict[str, str] = {}
+        try:
+            for relative, value in contents.items():
+                buffer = io.BytesIO()
+                torch.save(value, buffer)
+                digests[relative] = _write_synced(tmp / relative, buffer.getvalue())
+            for folder in {(tmp / r).parent for r in contents}:
+                _sync_directory(folder)
+        except Exception as exc:
+            # Tell plan rank 0 at once, so that it does not wait out its timeout.
+            failure = {"error": f"{type(exc).__name__}: {exc}"}
+            _write_synced(tmp / f"failed-{self.rank:05d}.json", _json(failure))
+            raise
+        marker = {"files": digests, "unsaved_state": _unsaved_state(self.trainer)}
+        _write_synced(tmp / f"done-{self.rank:05d}.json", _json(marker))
+
+    def _commit(self, step: int, tmp: Path, meta: dict[str, Any]) -> None:
+        """Plan rank 0: once every writer is done, publish `tmp` as `step-<step>`."""
+        files: dict[str, str] = {}
+        unsaved: list[str] = []
+        deadline = time.monotonic() + self.timeout
+        for writer in self.writers:
+            done, failed = tmp / f"done-{writer:05d}.json", tmp / f"failed-{writer:05d}.json"
+            while not done.exists():
+                if failed.exists():
+                    reason = json.loads(failed.read_text(encoding="utf-8"))["error"]
+                    raise CheckpointError(f"plan rank {writer} could not write {tmp}: {reason}")
+                if time.monotonic() > deadline:
+                    raise CheckpointError(
+                        f"plan rank {writer} did not finish its part of {tmp} within"
+                        f" {self.timeout:g} s (no {done.name}; is the checkpoint directory on a"
+                        f" file system every node shares?); {LATEST} still names the previous"
+                        " checkpoint"
+                    )
+                time.sleep(0.05)
+            marker = json.loads(done.read_text(encoding="utf-8"))
+            files |= marker["files"]
+            unsaved += [marker["unsaved_state"]] if marker["unsaved_state"] else []
+        complete = {**meta, "unsaved_state": unsaved, "files": dict(sorted(files.items()))}
+        _write_synced(tmp / META, _json(complete))
+        for writer in self.writers:
+            (tmp / f"done-{writer:05d}.json").unlink()
+        _sync_directory(tmp)
+        _publish(tmp, self.root / f"step-{step}")
+        _write_synced(self.root / f"{LATEST}.tmp-{tmp.name}", f"step-{step}\n".encode())
+        os.replace(self.root / f"{LATEST}.tmp-{tmp.name}", self.root / LATEST)
+        _sync_directory(self.root)
+
+
+def stage_contents(trainer: StageTrainer) -> Contents | None:
+    """This stage's whole tensors by file, on TP rank 0 of replica 0 of each stage (None
+    elsewhere); copies, so training may go on while they are written. Replica 0's TP ranks
+    all-gather together, in parameter order."""
+    rank_file = trainer.rank_file
+    if rank_file["replica"] != 0:
+        return None
+    contents: Contents = {}
+    for name, parameter in trainer.parameters.items():
+        if name == TOKEN_TABLE and rank_file["stage"] != 0:
+            continue  # the last stage's copy of the tied table equals the first stage's
+        spec = trainer.specs[name]
+        contents[f"params/{name}.pt"] = _host_copy(_whole(trainer, parameter.detach(), spec))
+        state = trainer.optimizer.state.get(parameter)
+        if state:
+            contents[f"optim/{name}.pt"] = {
+                key: _host_copy(
+                    _whole(trainer, value.detach(), spec)
+                    if value.shape == parameter.shape
+                    else value.detach()
+                )
+                for key, value in sorted(state.items())
+            }
+    return contents if trainer.tp_rank == 0 else None
+
+
+def _unsaved_state(trainer: StageTrainer) -> str | None:
+    """Why this stage's optimizer state is not in the checkpoint, if it is not: an optimizer
+    that steps other tensors than the stage's parameters (a DeepSpeed ZeRO engine's
+    partitions) keeps no state by parameter name. The weights are still written, for
+    inspection, but no run may resume from them as if the state were there."""
+    stepped = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
+    if all(id(p) in stepped for p in trainer.parameters.values()):
+        return None
+    return (
+        f"stage {trainer.rank_file['stage']}'s optimizer ({type(trainer.optimizer).__name__})"
+        " does not step the stage's parameters themselves, so hetc cannot save its state by"
+        " parameter name"
+    )
+
+
+def _host_copy(value: Tensor) -> Tensor:
+    """A copy in host memory: the thread writes it while training changes the original, and
+    a copy on the GPU would cost device memory."""
+    return value.to("cpu", copy=True)
+
+
+def _whole(trainer: StageTrainer, value: Tensor, spec: ParamSpec) -> Tensor:
+    """The whole tensor from replica 0's TP ranks (`value` itself where it is whole)."""
+    if spec.tp_dim is None or trainer.tp_size == 1:
+        return value
+    gathered = [torch.empty_like(value) for _ in range(trainer.tp_size)]
+    dist.all_gather(gathered, value.contiguous(), group=trainer.tp_group)
+    order = trainer.started.group_ranks[trainer.rank_file["tp"]["group"]]
+    by_tp = {trainer.members[r].tp_rank: g for r, g in zip(order, gathered, strict=True)}
+    return torch.cat([by_tp[k] for k in range(trainer.tp_size)], dim=spec.tp_dim)
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename `tmp` to `final`; a checkpoint of the same step from an earlier attempt (a run
+    resumed from before it) is replaced."""
+    old = final.with_name(f"{final.name}.old-{tmp.name.rsplit('-', 1)[1]}")
+    if final.exists():
+        os.rename(final, old)
+    os.rename(tmp, final)
+    _sync_directory(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _json(record: Mapping[str, Any]) -> bytes:
+    return (json.dumps(record, sort_keys=True, indent=2) + "\n").encode()
+
+
+def _write_synced(path: Path, data: bytes) -> str:
+    """Write and fsync `path`; returns the sha256 of what was written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sync_directory(path: Path) -> None:
+    """fsync a directory, so that the names in it (not only the files' bytes) survive a crash."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _all_gather(item: Any) -> list[Any]:
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, item)
+    return gathered
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def resolve(choice: str, root: Path) -> Path:
+    """The checkpoint that `--resume CHOICE` names: 'latest' is `root`'s newest; a path is a
+    checkpoint (a directory with meta.json) or a checkpoint directory (with `latest`)."""
+    where = root if choice == LATEST else Path(choice)
+    if (where / META).is_file():
+        return where
+    pointer = where / LATEST
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{where} is neither a checkpoint (no {META}) nor a checkpoint directory (no"
+            f" {LATEST}): nothing to resume from"
+        ) from None
+    return where / name
+
+
+def load_checkpoint(trainer: StageTrainer, choice: str, root: Path) -> int:
+    """Load the checkpoint `choice` names (see `resolve`) into this rank's parameters and
+    optimizer; returns the step to train next. Every rank calls it; all succeed or all raise
+    the same CheckpointError."""
+    error, step = None, None
+    try:
+        step = _load(trainer, resolve(choice, root))
+    except Exception as exc:  # any rank's failure must reach every rank, or the others hang
+        error = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
+    gathered = _all_gather((trainer.started.plan_rank, error, step))
+    failures = [(rank, e) for rank, e, _ in gathered if e is not None]
+    if failures:
+        rank, error = failures[0]
+        more = f" (and {len(failures) - 1} other ranks failed)" if len(failures) > 1 else ""
+        raise CheckpointError(f"resuming failed on plan rank {rank}: {error}{more}")
+    steps = {s for _, _, s in gathered}
+    if len(steps) != 1:
+        raise CheckpointError(
+            f"the ranks resumed from different steps {sorted(steps)}: every node must see the"
+            f" same {LATEST} in {root}"
+        )
+    assert step is not None
+    return step
+
+
+def _load(trainer: StageTrainer, path: Path) -> int:
+    meta = _read_meta(path)
+    if meta["unsaved_state"]:
+        raise CheckpointError(
+            f"{path / META}: the checkpoint lacks optimizer state, so no run can resume from it:"
+            f" {'; '.join(meta['unsaved_state'])}"
+        )
+    if meta["model"] != trainer.training["model"]:
+        raise CheckpointError(f"{path / META}: the checkpoint is of another model")
+    kind = type(trainer.optimizer).__name__
+    if meta["optimizer"] != kind:
+        raise CheckpointError(
+            f"{path / META}: the checkpoint's optimizer is {meta['optimizer']}, this run's {kind}"
+        )
+    try:
+        step = trainer.data.resume(DataPosition.from_json(meta["data_position"]))
+    except DataError as exc:
+        raise CheckpointError(f"{path / META}: {exc}") from None
+    scaler = meta["loss_scaler"]
+    if trainer.scaler is not None and scaler is not None:
+        # fp16 on both sides: go on with the scale the run had reached. Another precision
+        # before (other devices) starts the scaler afresh. The settings stay this run's.
+        for key in ("scale", "iteration", "last_overflow", "hysteresis_left"):
+            setattr(trainer.scaler, key, scaler[key])
+    files: dict[str, str] = meta["files"]
+    with torch.no_grad():
+        for name, parameter in trainer.parameters.items():
+            spec = trainer.specs[name]
+            relative = f"params/{name}.pt"
+            if relative not in files:
+                raise CheckpointError(f"{path}: no {relative}, which this run's stage needs")
+            full = _read(path / relative, files[relative])
+            if not isinstance(full, Tensor) or tuple(full.shape) != spec.full_shape:
+                raise CheckpointError(f"{path / relative}: not a tensor of {spec.full_shape}")
+            parameter.copy_(shard(full, spec, trainer.tp_size, trainer.tp_rank))
+            relative = f"optim/{name}.pt"
+            if relative in files:
+                state = _read(path / relative, files[relative])
+                trainer.optimizer.state[parameter] = {
+                    key: _state_shard(trainer, value, spec, parameter)
+                    for key, value in state.items()
+                }
+    return step
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((path / META).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path / META} is missing: {path} is not a checkpoint") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path / META} is corrupted: {exc}") from None
+    keys = {"format", "step", "data_position", "model", "optimizer", "loss_scaler"}
+    keys |= {"unsaved_state", "files"}
+    if not isinstance(meta, dict) or not keys <= set(meta):
+        raise CheckpointError(f"{path / META} lacks some of {sorted(keys)}")
+    if meta["format"] != FORMAT:
+        raise CheckpointError(
+            f"{path / META}: checkpoint format {meta['format']}; this hetc reads format {FORMAT}"
+        )
+    return meta
+
+
+def _read(path: Path, expected: str) -> Any:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing (meta.json lists it)") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != expected:
+        raise CheckpointError(
+            f"{path} is corrupted or truncated: sha256 {digest[:16]}..., meta.json has"
+            f" {expected[:16]}...; resume from an earlier checkpoint"
+        )
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def _state_shard(
+    trainer: StageTrainer, value: Tensor, spec: ParamSpec, parameter: Tensor
+) -> Tensor:
+    """Per-element state is cut like its parameter; the rest (Adam's step count) is whole."""
+    if tuple(value.shape) == spec.full_shape:
+        return shard(value, spec, trainer.tp_size, trainer.tp_rank).to(parameter.device)
+    return value

@@ -1,0 +1,260 @@
+"""Training a uniform-TP stage through a DeepSpeed engine (ZeRO 1 and 2): DeepSpeed reduces the
+gradient over the stage's replicas, partitions it and the optimizer state, keeps the fp32
+masters of its bf16/fp16 weights and steps; hetc does what one engine cannot see, the other
+stages. `StageTrainer` runs the same 1F1B loop as on its own path and hands the forward, the
+backward and the step to `StageEngine`.
+
+Each TP rank of a stage replica is one engine whose data-parallel group is the stage's
+`dp/stage<i>/shard<r>of<T>` group (TP rank r of every replica) and whose model-parallel group
+is its TP group. The update must still be the global batch's (the oracle is the single-process
+reference), so five things happen around the engine:
+
+- Weighting. DeepSpeed divides each microbatch's loss by its accumulation count and averages
+  over the replicas; handing it the microbatch's mean token loss times the rank file's
+  `loss_weight` (D x accumulation / total microbatches) weighs every token by the global
+  batch, whatever the shares.
+- Stage boundaries. A non-last stage backpropagates the gradient the next stage sent through
+  the surrogate (out x grad).sum(). That gradient already carries the next engine's
+  1/accumulation and loss scale, so the surrogate goes in without the 1/accumulation
+  (`scale_wrt_gas=False`) and divided by the loss scale that the engine multiplies in again.
+- ZeRO-2 reduces after every microbatch's backward (ZeRO-1 once, at the last), in buckets
+  filled in the order autograd produces the gradients. Where the replicas of a stage
+  accumulate different counts (uneven shares), those reductions would not pair up, so the
+  shorter pipelines' ranks run pad backwards up to the longest count: the stage's graph on one
+  token, times zero, which produces the gradients in a real microbatch's order. DeepSpeed's
+  accumulation count is then the common one and the weight grows by common / own.
+- Between DeepSpeed's reduction and its step (after the last `backward`, before `step`), the
+  reduced gradient lies in this rank's partition, reachable per parameter through the
+  fragments ZeRO links to it (`_hp_mapping`, which DeepSpeed's `safe_get_full_grad` reads).
+  There hetc sums the tied token table over the first and last stage, agrees fp16 overflow
+  over all ranks and clips by the global norm, since DeepSpeed's own overflow check and
+  clipping see one stage only (its clipping is turned off).
+- The learning rate is hetc's (`learning_rate`), set on the optimizer before each step, so both
+  paths follow one schedule (DeepSpeed's scheduler would run step 0 at rate 0).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import deepspeed
+import torch
+import torch.distributed as dist
+from deepspeed.accelerator import get_accelerator
+from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+from deepspeed.utils import safe_get_full_fp32_param
+from torch import Tensor
+
+from hetc.runtime.train import TOKEN_TABLE, TrainingError, _chunk_groups, make_optimizer
+
+if TYPE_CHECKING:
+    from hetc.runtime.train import StageTrainer
+
+
+class _ModelParallelUnit:
+    """The groups `deepspeed.initialize(mpu=...)` asks for: data-parallel is this TP rank's
+    shard group over the stage's replicas, model-parallel the replica's TP group."""
+
+    def __init__(self, data: dist.ProcessGroup, model: dist.ProcessGroup) -> None:
+        self.data, self.model = data, model
+
+    def get_data_parallel_group(self) -> dist.ProcessGroup:
+        return self.data
+
+    def get_data_parallel_rank(self) -> int:
+        return dist.get_rank(self.data)
+
+    def get_data_parallel_world_size(self) -> int:
+        return dist.get_world_size(self.data)
+
+    def get_model_parallel_group(self) -> dist.ProcessGroup:
+        return self.model
+
+    def get_model_parallel_rank(self) -> int:
+        return dist.get_rank(self.model)
+
+    def get_model_parallel_world_size(self) -> int:
+        return dist.get_world_size(self.model)
+
+
+class StageEngine:
+    """The DeepSpeed engine of one stage replica's TP rank, driven by `StageTrainer`."""
+
+    def __init__(self, trainer: StageTrainer) -> None:
+        self.trainer = t = trainer
+        rf = t.rank_file
+        accelerator = get_accelerator().device_name()
+        if accelerator != t.device.type:
+            raise TrainingError(
+                f"rank {rf['rank']} trains on {t.device.type}, DeepSpeed's accelerator is"
+                f" {accelerator}: set DS_ACCELERATOR={t.device.type}"
+            )
+        shard = f"/shard{t.tp_rank}of{t.tp_size}"
+        groups = [g for g in rf["data_parallel"] if g.endswith(shard)]
+        if len(groups) != 1:
+            raise TrainingError(
+                f"rank {rf['rank']}: a uniform-TP stage has one data-parallel group"
+                f" dp/stage{rf['stage']}{shard} per rank, the rank file lists"
+                f" {rf['data_parallel']}"
+            )
+        config = copy.deepcopy(t.deepspeed)
+        batch = rf["batch"]
+        own = common = batch["accumulation"]
+        if config["zero_optimization"]["stage"] == 2:
+            common = max(p.microbatches for p in t.plan.pipelines)
+            config["gradient_accumulation_steps"] = common
+            config["train_batch_size"] = common * batch["micro"] * batch["data_parallel"]
+        self.pads = common - own
+        # The last stage's loss arrives as summed token loss / the global batch's tokens.
+        self.loss_factor = batch["loss_weight"] * common / own * t.tokens_per_batch
+        self.loss_factor /= t.micro * t.seq
+        config["gradient_clipping"] = 0.0
+        config.pop("scheduler", None)
+        self.fp16 = bool(config.get("fp16", {}).get("enabled"))
+        if self.fp16 and not get_accelerator().is_fp16_supported():
+            raise TrainingError(
+                f"DeepSpeed runs no fp16 on this {accelerator} (on CPU it needs oneDNN's fp16"
+                " kernels); ZeRO 1/2 trains through DeepSpeed: choose bf16 or fp32 here, or"
+                " ZeRO 0 (hetc's own fp16 under autocast)"
+            )
+        client = None
+        if "optimizer" not in config:  # SGD: DeepSpeed builds none from a config
+            client = make_optimizer(list(t.parameters.values()), config, t.training)
+        # Initialising DeepSpeed's communication would JIT-compile a shared-memory op (30-60 s
+        # on CPU) that training over torch.distributed's groups does not use.
+        comm: Any = sys.modules["deepspeed.comm.torch"]
+        comm.build_shm_op = lambda: None
+        engine, optimizer, _, _ = deepspeed.initialize(
+            args=SimpleNamespace(device_rank=rf["device_index"]),
+            model=t.model,
+            model_parameters=list(t.parameters.values()),
+            optimizer=client,
+            config=config,
+            mpu=_ModelParallelUnit(
+                t.started.groups[groups[0]], t.started.groups[rf["tp"]["group"]]
+            ),
+        )
+        if not isinstance(optimizer, DeepSpeedZeroOptimizer):
+            raise TrainingError(
+                f"DeepSpeed chose {type(optimizer).__name__} for this config, not its ZeRO 1/2"
+                " optimizer, whose reduced-gradient partition hetc completes before the step"
+            )
+        self.engine: Any = engine
+        self.optimizer: Any = optimizer
+        self.dtype = next(t.model.parameters()).dtype
+        """bf16/fp16 where DeepSpeed cast the module; hidden states travel in fp32."""
+
+    def forward(self, x: Tensor, targets: Tensor | None) -> Tensor:
+        """Through the engine, whose forward hooks its backward prologue onto the output."""
+        if x.is_floating_point():
+            x = x.to(self.dtype)
+        out: Tensor = self.engine(x) if targets is None else self.engine(x, targets=targets)
+        return out
+
+    def backward(self, out: Tensor, grad: Tensor | None) -> None:
+        """One microbatch's backward: the last stage's loss (summed token loss over the global
+        batch's tokens), or another stage's output with the gradient the next stage sent."""
+        if grad is None:
+            self._backward(out * self.loss_factor, scale_wrt_gas=True)
+        else:
+            surrogate = (out.float() * grad).sum() / self.optimizer.loss_scale
+            self._backward(surrogate, scale_wrt_gas=False)
+
+    def _backward(self, loss: Tensor, *, scale_wrt_gas: bool) -> None:
+        boundary = self.engine.is_gradient_accumulation_boundary()
+        self.engine.backward(loss, scale_wrt_gas=scale_wrt_gas)
+        if not boundary:
+            self.engine.step()  # advances DeepSpeed's microbatch count; no update
+
+    def step(self, rate: float) -> None:
+        """Pad, fix up the reduced gradient, and step; after this rank's last real backward."""
+        t = self.trainer
+        for _ in range(self.pads):
+            self._pad()
+        if t._tied():
+            self._sum_tied()
+        if not self.fp16 or not self._overflow():
+            self._clip()
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.engine.step()
+
+    def _pad(self) -> None:
+        """A backward that adds zero, in step with the replicas that still have a real
+        microbatch (see the module docstring): one token through the stage's graph."""
+        t = self.trainer
+        token = torch.zeros((1, 1), dtype=torch.long, device=t.device)
+        x = token if t.first else torch.zeros((1, 1, t.hidden), device=t.device)
+        out = self.forward(x, token if t.last else None)
+        self._backward(out.float().sum() * 0.0, scale_wrt_gas=False)
+
+    def masters(self) -> dict[str, Tensor]:
+        """The fp32 master of every parameter, whole over the replicas (each holds a part);
+        every replica must call it. The module's own copy is their bf16/fp16 rounding."""
+        return {
+            name: safe_get_full_fp32_param(parameter)
+            for name, parameter in self.trainer.parameters.items()
+        }
+
+    # -- between the reduction and the step ---------------------------------------------
+
+    def _fragments(self) -> Iterator[tuple[str, Tensor]]:
+        """This rank's part of each reduced gradient (views into DeepSpeed's partition)."""
+        parameter: Any
+        for name, parameter in self.trainer.parameters.items():
+            mapping = getattr(parameter, "_hp_mapping", None)
+            if mapping is not None:
+                yield name, mapping.get_lp_grad_fragment(parameter._index_in_param_group)
+
+    def _sum_tied(self) -> None:
+        """The token table's gradient summed over the first and last stage: each stage's
+        whole reduced gradient is gathered over its replicas, replica 0 of each stage adds it
+        up in the tied groups (the other replicas add zeros), and every rank keeps its part."""
+        t = self.trainer
+        table: Any = t.parameters[TOKEN_TABLE]
+        whole = table.get_full_hp_grad()
+        if t.rank_file["replica"] != 0:
+            whole.zero_()
+        tied = _chunk_groups(t.rank_file["tied_embedding"], t.started.groups)
+        t._sum_sharded(whole, t.specs[TOKEN_TABLE], tied)
+        table.set_full_hp_grad(whole)
+
+    def _overflow(self) -> bool:
+        """fp16: whether any rank's gradient overflowed. A rank that saw none itself writes an
+        inf into its own partition when another did, so that DeepSpeed's check (which looks
+        at its replicas and TP group only) skips the step and lowers the loss scale on every
+        stage alike."""
+        fragments = [f for _, f in self._fragments()]
+        local = any(not bool(torch.isfinite(f).all()) for f in fragments)
+        flag = torch.tensor([1.0 if local else 0.0], device=self.trainer.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        overflow = bool(flag.item())
+        if overflow and not local:
+            fragments[0].view(-1)[0] = float("inf")
+        return overflow
+
+    def _clip(self) -> None:
+        """Scale the partitions by clip / global norm, each element counted once: partitions
+        are disjoint over replicas; replicated tensors count on TP rank 0, the tied table on
+        the first stage. DeepSpeed divides by the loss scale afterwards."""
+        t = self.trainer
+        if t.clip <= 0:
+            return
+        square = torch.zeros((), dtype=torch.float64, device=t.device)
+        fragments = list(self._fragments())
+        for name, fragment in fragments:
+            if name == TOKEN_TABLE and t._tied() and not t.first:
+                continue
+            if t.specs[name].tp_dim is None and t.tp_rank != 0:
+                continue
+            square += fragment.double().pow(2).sum()
+        dist.all_reduce(square)
+        norm = float(square.sqrt()) / self.optimizer.loss_scale
+        scale = t.clip / (norm + 1e-6)
+        if scale < 1.0:
+            for _, fragment in fragments:
+                fragment.mul_(scale)

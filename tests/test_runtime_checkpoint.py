@@ -1,0 +1,221 @@
+"""A checkpoint written under one plan resumes under another (other stages, data-parallel
+width and TP degrees) to exactly the run that was never interrupted; a damaged checkpoint
+stops every rank with one message, and an interrupted write never becomes `latest`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from runtime_harness import Outcome, launch, ranks_in_plan_order
+from runtime_training import (
+    ADAMW,
+    oracle_spec,
+    reference_run,
+    run_losses,
+    saved_weights,
+    write_compiled,
+)
+from test_runtime_train import MIXED_TP, NEIGHBOURS, _assert_matches, _plan, _replica
+
+from hetc.plan import Plan, Stage
+from hetc.runtime.startup import CHECKPOINT_REQUEST
+from hetc.schema.spec import Spec
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).resolve().parent
+STEPS, SAVED = 5, 2
+"""The uninterrupted run's steps; the steps trained before the checkpoint."""
+TWO_STAGES = _plan(  # two processes, each a whole stage: rank 1 never reads block 0's files
+    4,
+    [
+        Stage(first_block=0, end_block=1, replicas=(_replica(0, 0),)),
+        Stage(first_block=1, end_block=4, replicas=(_replica(1, 0),)),
+    ],
+    [4],
+)
+
+
+def _run(
+    plan: Plan,
+    spec: Spec,
+    where: Path,
+    *arguments: str,
+    every: int | None = None,
+    request: bool = False,
+    mutation: str | None = None,
+    deepspeed: dict[str, object] | None = None,
+) -> tuple[list[Outcome], Path]:
+    """Train under `plan` with outputs in `where`; returns each rank's outcome and the run
+    directory (checkpoints go to its `checkpoints/`)."""
+    out, run = where / "out", where / "run"
+    out.mkdir(parents=True)
+    run.mkdir()
+    topology = write_compiled(plan, spec, out)
+    if every is not None:
+        training = json.loads((out / "training.json").read_text())
+        training["run"]["checkpoint_every"] = every
+        (out / "training.json").write_text(json.dumps(training))
+    if deepspeed is not None:
+        for config in (out / "deepspeed").glob("*.json"):
+            record = json.loads(config.read_text())
+            record["fp16"].update(deepspeed)
+            config.write_text(json.dumps(record))
+    if request:
+        (run / CHECKPOINT_REQUEST).write_text("")
+    command = [sys.executable, "-m", "hetc.runtime"]
+    if mutation is not None:
+        command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
+    ranks = [
+        type(r)(
+            node=r.node,
+            local_rank=r.local_rank,
+            torch_rank=r.torch_rank,
+            command=[*command, *arguments],
+        )
+        for r in ranks_in_plan_order(topology)
+    ]
+    return launch(ranks, out, run, timeout=60), run
+
+
+def _succeeded(outcomes: list[Outcome]) -> None:
+    for outcome in outcomes:
+        assert outcome.returncode == 0, outcome.stderr[-3000:]
+
+
+def _failure(outcomes: list[Outcome]) -> str:
+    """The one checkpoint error every rank stopped with."""
+    lines = set()
+    for outcome in outcomes:
+        assert outcome.returncode == 1, outcome.stderr[-3000:]
+        failed = [line for line in outcome.hetc_lines if "checkpoint failed" in line]
+        assert len(failed) == 1, outcome.stderr[-3000:]
+        lines.add(failed[0])
+    assert len(lines) == 1, lines
+    return lines.pop()
+
+
+@pytest.fixture(scope="module")
+def sgd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """NEIGHBOURS (stages TP 1 then TP 2) trains SAVED steps of SGD, asked at once for a
+    checkpoint by the request file; the run directory."""
+    where = tmp_path_factory.mktemp("sgd")
+    spec = oracle_spec(batch=NEIGHBOURS.global_batch_size)
+    outcomes, run = _run(NEIGHBOURS, spec, where, "--steps", str(SAVED), request=True)
+    _succeeded(outcomes)
+    return run
+
+
+def test_a_request_checkpoints_at_the_next_iteration_and_is_removed(sgd_run: Path) -> None:
+    checkpoints = sgd_run / "checkpoints"
+    assert not (sgd_run / CHECKPOINT_REQUEST).exists()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-1", "step-2"]
+    assert (checkpoints / "latest").read_text() == "step-2\n"
+    meta = json.loads((checkpoints / "step-1" / "meta.json").read_text())
+    assert meta["step"] == meta["data_position"]["step"] == 1
+    _, reference, _ = reference_run(oracle_spec(batch=4), 0, 1)
+    names = sorted(p.name for p in (checkpoints / "step-1" / "params").iterdir())
+    assert names == sorted(f"{name}.pt" for name in reference), "each parameter once, whole"
+    assert set(meta["files"]) == {f"params/{name}" for name in names}, "SGD keeps no state"
+
+
+def test_sgd_resumes_under_another_plan_as_if_never_interrupted(
+    sgd_run: Path, tmp_path: Path
+) -> None:
+    spec = oracle_spec(batch=MIXED_TP.global_batch_size)
+    weights = tmp_path / "weights"
+    outcomes, run = _run(
+        MIXED_TP,
+        spec,
+        tmp_path,
+        "--resume",
+        str(sgd_run / "checkpoints"),
+        "--save-weights",
+        str(weights),
+    )
+    _succeeded(outcomes)
+    assert len(run_losses(run)) == STEPS - SAVED, "run.steps less the checkpoint's"
+    losses = run_losses(sgd_run) + run_losses(run)
+    _assert_matches(losses, saved_weights(weights), reference_run(spec, STEPS, 1), 1e-5)
+    assert (run / "checkpoints" / "latest").read_text() == f"step-{STEPS}\n"
+
+
+def test_adamw_state_round_trips_between_plans(tmp_path: Path) -> None:
+    # A binding clip, as in test_runtime_train: without it Adam blows the rounding noise of
+    # gradients that are zero in exact arithmetic (key biases) up to the learning rate, under
+    # any plan, interrupted or not.
+    spec = oracle_spec(batch=MIXED_TP.global_batch_size, optimizer=ADAMW, clip=0.05)
+    outcomes, first = _run(MIXED_TP, spec, tmp_path / "a", "--steps", str(SAVED), every=1)
+    _succeeded(outcomes)
+    checkpoint = first / "checkpoints" / f"step-{SAVED}"
+    assert (first / "checkpoints" / "step-1" / "meta.json").exists(), "checkpoint_every 1"
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    assert meta["optimizer"] == "AdamW"
+    assert "optim/embedding.tokens.weight.pt" in meta["files"]
+    weights = tmp_path / "weights"
+    resume = ["--resume", str(checkpoint), "--save-weights", str(weights)]
+    outcomes, second = _run(NEIGHBOURS, spec, tmp_path / "b", *resume)
+    _succeeded(outcomes)
+    losses = run_losses(first) + run_losses(second)
+    reference = reference_run(spec, STEPS, 1)
+    _assert_matches(losses, saved_weights(weights), reference, 1e-3, atol=1e-5)
+    assert losses == pytest.approx(reference[0], rel=1e-6)
+
+
+def test_a_corrupted_file_stops_every_rank_with_one_message(sgd_run: Path, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "step-2"
+    shutil.copytree(sgd_run / "checkpoints" / "step-2", checkpoint)
+    damaged = checkpoint / "params" / "blocks.0.mlp.fc1.weight.pt"  # read by plan rank 0 only
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    spec = oracle_spec(batch=TWO_STAGES.global_batch_size)
+    outcomes, run = _run(TWO_STAGES, spec, tmp_path, "--resume", str(checkpoint))
+    message = _failure(outcomes)
+    assert str(damaged) in message and "corrupted or truncated" in message
+    assert not (run / "metrics").exists(), "no rank trained"
+
+
+def test_a_write_that_fails_before_the_rename_leaves_latest_on_the_previous(
+    tmp_path: Path,
+) -> None:
+    spec = oracle_spec(batch=TWO_STAGES.global_batch_size)
+    outcomes, run = _run(
+        TWO_STAGES, spec, tmp_path, "--steps", "2", every=1, mutation="fail-publish-2"
+    )
+    assert "simulated crash before the rename" in _failure(outcomes)
+    checkpoints = run / "checkpoints"
+    assert (checkpoints / "latest").read_text() == "step-1\n"
+    assert (checkpoints / "step-1" / "meta.json").exists()
+    assert not (checkpoints / "step-2").exists()
+    assert [p.name.split(".tmp-")[0] for p in checkpoints.glob("*.tmp-*")] == ["step-2"]
+
+
+ONE = _plan(4, [Stage(first_block=0, end_block=4, replicas=(_replica(0, 0),))], [4])
+
+
+def test_fp16_resumes_with_the_loss_scale_it_had_reached(tmp_path: Path) -> None:
+    # From 2**22, halving on each overflow, the first two steps overflow and are skipped and
+    # the next two are not: a resumed run that started its scaler afresh would skip them too.
+    spec = oracle_spec(batch=ONE.global_batch_size, optimizer=ADAMW, precision="fp16")
+    scaling = {"initial_scale_power": 22, "hysteresis": 1}
+    whole, first, second = (tmp_path / n for n in ("whole", "first", "second"))
+    outcomes, whole_run = _run(
+        ONE, spec, whole, "--save-weights", str(whole / "weights"), deepspeed=scaling
+    )
+    _succeeded(outcomes)
+    outcomes, first_run = _run(ONE, spec, first, "--steps", str(SAVED), deepspeed=scaling)
+    _succeeded(outcomes)
+    meta = json.loads((first_run / "checkpoints" / f"step-{SAVED}" / "meta.json").read_text())
+    assert meta["loss_scaler"]["scale"] == 2.0**20, "both steps overflowed"
+    resume = ["--resume", str(first_run / "checkpoints"), "--save-weights", str(second / "weights")]
+    outcomes, second_run = _run(ONE, spec, second, *resume, deepspeed=scaling)
+    _succeeded(outcomes)
+    assert run_losses(first_run) + run_losses(second_run) == run_losses(whole_run)
+    resumed = saved_weights(second / "weights")
+    for name, [value] in saved_weights(whole / "weights").items():
+        assert torch.equal(resumed[name][0], value), name
