@@ -126,6 +126,19 @@ def _assert_matches(losses, weights, reference, tolerance: float, atol: float = 
 def test_mixed_tp_replicas_with_uneven_shares_match_the_reference(tmp_path: Path) -> None:
     losses, weights, reference = _train(MIXED_TP, {}, tmp_path)
     _assert_matches(losses, weights, reference, 1e-5)
+    # every rank's metrics: one line per step, time split three ways, memory on steps 0 and 1
+    for rank in range(MIXED_TP.world_size):
+        path = tmp_path / "run" / "metrics" / f"rank-{rank:05d}.jsonl"
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [m["step"] for m in lines] == list(range(STEPS))
+        for m in lines:
+            parts = m["compute_seconds"] + m["communication_seconds"] + m["idle_seconds"]
+            assert parts == pytest.approx(m["seconds"], abs=1e-6)
+            assert m["samples_per_second"] == pytest.approx(4 / m["seconds"])
+            assert m["loss"] == pytest.approx(losses[m["step"]])
+            assert m["resident_bytes"] > 0
+        assert [m["peak_bytes"] is not None for m in lines] == [True, True, False, False, False]
+        assert lines[0]["peak_bytes"] > 0
 
 
 def test_neighbours_with_different_tp_and_tied_embeddings_match(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print("hetc-runtime: start-up verified", flush=True)
             return 0
         trainer = StageTrainer(started, args.out_dir)
+        batch = trainer.training["global_batch_size"]
         root = checkpoint_root(trainer)
         first = 0 if args.resume is None else load_checkpoint(trainer, args.resume, root)
         steps = args.steps if args.steps is not None else trainer.training["run"]["steps"] - first
@@ -101,10 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(metrics, "a", encoding="utf-8") as log:
             for record in train(trainer, steps, start_step=first):
                 line = {
-                    "step": record.step,
-                    "loss": record.loss,
-                    "seconds": record.seconds,
-                    "learning_rate": record.learning_rate,
+                    **record.as_json(),
+                    "samples_per_second": batch / record.seconds,
                     "rank": rank,
                 }
                 log.write(json.dumps(line, sort_keys=True) + "\n")
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 if rank == 0:
                     print(
                         f"hetc-runtime: step {record.step} loss {record.loss:.6f}"
-                        f" ({record.seconds:.3f} s)",
+                        f" ({record.seconds:.3f} s, {batch / record.seconds:.1f} samples/s)",
                         flush=True,
                     )
                 checkpoints.after_step(record.step + 1)
