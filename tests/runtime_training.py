@@ -45,6 +45,8 @@ training:
   precision: {precision}
   zero_stage: {zero}
   gradient_clipping: {clip}
+  dropout: {dropout}
+  activation_checkpointing: {recompute}
   optimizer: {optimizer}
   seed: 7
 devices:
@@ -67,6 +69,8 @@ def oracle_spec(
     clip: float = 0.0,
     tied: bool = True,
     precision: str = "fp32",
+    dropout: float = 0.0,
+    recompute: bool = False,
     zero: int = 0,
 ) -> Spec:
     text = SPEC.format(
@@ -75,6 +79,8 @@ def oracle_spec(
         clip=clip,
         tied="true" if tied else "false",
         precision=precision,
+        dropout=dropout,
+        recompute="true" if recompute else "false",
         zero=zero,
     )
     checked = check_text(text)
@@ -111,11 +117,22 @@ def reference_run(
     fp16 scales the loss as DeepSpeed does (hysteresis 2: the first overflow keeps the scale,
     each later one halves it; a skipped step does not update)."""
     from hetc.runtime.data import TrainingData
-    from hetc.runtime.model import ModelConfig, reference_model
+    from hetc.runtime.model import DropoutKey, ModelConfig, StageModule
 
     training = training_record(spec)
     torch.manual_seed(0)
-    model = reference_model(ModelConfig.from_dict(training["model"]), training["seed"])
+    config = ModelConfig.from_dict(training["model"])
+    model = StageModule(
+        config,
+        0,
+        config.layers,
+        ("embedding", "final-norm", "head"),
+        None,
+        1,
+        0,
+        training["seed"],
+        dropout=spec.training.dropout,
+    )
     batch = spec.training.global_batch_size
     data = TrainingData.from_training(
         training, base_dir=Path("."), shares=[batch // micro], micro=micro
@@ -140,8 +157,10 @@ def reference_run(
         total = 0.0
         for j in range(batch // micro):
             inputs, targets = data.microbatch(step, 0, j)
+            first = step * batch + j * micro  # the samples' places in the data stream
+            noise = DropoutKey(training["seed"], step, tuple(range(first, first + micro)))
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                summed = model(inputs, targets=targets)
+                summed = model(inputs, targets=targets, noise=noise)
             (summed.float() * (scale / tokens)).backward()
             total += float(summed.detach()) / tokens
         losses.append(total)

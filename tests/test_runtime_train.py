@@ -155,6 +155,17 @@ def test_two_pipelines_uneven_shares_adamw_and_a_binding_clip_match(tmp_path: Pa
     assert min(norms) > 0.05, "the clip binds on every step"
 
 
+def test_dropout_and_recomputation_match_a_reference_with_the_same_masks(tmp_path: Path) -> None:
+    """Dropout 0.2 with activation checkpointing, two pipelines with uneven shares: masks come
+    from (seed, step, sample, layer), so the plan's run drops exactly what one process drops
+    (and recomputation draws the same masks again)."""
+    losses, weights, reference = _train(PIPELINES, {"dropout": 0.2, "recompute": True}, tmp_path)
+    _assert_matches(losses, weights, reference, 1e-5)
+    _, plain, _ = reference_run(oracle_spec(batch=8), STEPS, 1)
+    moved = max(float((weights[n][0] - plain[n]).abs().max()) for n in plain)
+    assert moved > 1e-3, "dropout changes what is learned"
+
+
 def test_bf16_matches_a_bf16_reference(tmp_path: Path) -> None:
     """bf16 autocast on both sides; the tolerance covers bf16's 8-bit mantissa under other
     reduction orders (TP all-reduces, chunked sums)."""

@@ -44,6 +44,7 @@ _TYPED_HOME: dict[tuple[str, ...], tuple[type, str]] = {
     ("training", "precision"): (typed.Training, "precision"),
     ("training", "gradient_clipping"): (typed.Training, "gradient_clipping"),
     ("training", "zero_stage"): (typed.Training, "zero_stage"),
+    ("training", "dropout"): (typed.Training, "dropout"),
     ("training", "activation_checkpointing"): (typed.Training, "activation_checkpointing"),
     ("training", "seed"): (typed.Training, "seed"),
     ("training", "optimizer", "type"): (typed.Optimizer, "type"),

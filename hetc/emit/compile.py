@@ -70,6 +70,7 @@ def training_record(spec: Spec, *, spec_dir: str | None = None) -> dict[str, Any
         "precision": training.precision,
         "zero_stage": training.zero_stage,
         "activation_checkpointing": training.activation_checkpointing,
+        "dropout": training.dropout,
         "gradient_clipping": training.gradient_clipping,
         "seed": training.seed,
         "optimizer": asdict(training.optimizer),

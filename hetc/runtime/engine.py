@@ -49,6 +49,7 @@ from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
 from deepspeed.utils import safe_get_full_fp32_param
 from torch import Tensor
 
+from hetc.runtime.model import DropoutKey
 from hetc.runtime.train import TOKEN_TABLE, TrainingError, _chunk_groups, make_optimizer
 
 if TYPE_CHECKING:
@@ -148,11 +149,16 @@ class StageEngine:
         self.dtype = next(t.model.parameters()).dtype
         """bf16/fp16 where DeepSpeed cast the module; hidden states travel in fp32."""
 
-    def forward(self, x: Tensor, targets: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, targets: Tensor | None, noise: DropoutKey | None = None) -> Tensor:
         """Through the engine, whose forward hooks its backward prologue onto the output."""
         if x.is_floating_point():
             x = x.to(self.dtype)
-        out: Tensor = self.engine(x) if targets is None else self.engine(x, targets=targets)
+        kwargs: dict[str, Any] = {}
+        if targets is not None:
+            kwargs["targets"] = targets
+        if noise is not None:
+            kwargs["noise"] = noise
+        out: Tensor = self.engine(x, **kwargs)
         return out
 
     def backward(self, out: Tensor, grad: Tensor | None) -> None:
@@ -189,7 +195,8 @@ class StageEngine:
         t = self.trainer
         token = torch.zeros((1, 1), dtype=torch.long, device=t.device)
         x = token if t.first else torch.zeros((1, 1, t.hidden), device=t.device)
-        out = self.forward(x, token if t.last else None)
+        noise = DropoutKey(0, 0, (0,)) if t.model.dropout > 0 else None
+        out = self.forward(x, token if t.last else None, noise)
         self._backward(out.float().sum() * 0.0, scale_wrt_gas=False)
 
     def masters(self) -> dict[str, Tensor]:

@@ -48,6 +48,7 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from hetc.runtime.tensor_parallel import (
     ColumnParallelLinear,
@@ -297,13 +298,17 @@ def _block_specs(config: ModelConfig, prefix: str) -> list[ParamSpec]:
     return specs
 
 
+def _seed_of(name: str) -> int:
+    """A 64-bit generator seed from a name (sha256): stable across processes and releases."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+
+
 def init_full(spec: ParamSpec, seed: int) -> Tensor:
     """The whole tensor's start value in float32, a function of (seed, name) alone: the same
     under every plan, stage cut and TP degree (each rank then takes its `shard`)."""
     if spec.init != "normal":
         return (torch.ones if spec.init == "ones" else torch.zeros)(spec.full_shape)
-    digest = hashlib.sha256(f"{seed}/{spec.name}".encode()).digest()
-    generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "big"))
+    generator = torch.Generator().manual_seed(_seed_of(f"{seed}/{spec.name}"))
     rows = spec.full_shape[0] if spec.drawn_rows is None else spec.drawn_rows
     full = torch.zeros(spec.full_shape)
     full[:rows].normal_(0.0, spec.std, generator=generator)
@@ -385,7 +390,9 @@ class Attention(nn.Module):
         self.value = tp.column(h, kv, config.qkv_bias)
         self.output = tp.row(q, h, config.linear_bias)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
+    def forward(
+        self, x: Tensor, rope: tuple[Tensor, Tensor] | None, drop: Dropout | None = None
+    ) -> Tensor:
         micro, seq, _ = x.shape
         h = copy_to_region(self.norm(x), self.group)
         q, k, v = (
@@ -397,7 +404,7 @@ class Attention(nn.Module):
         grouped = q.shape[1] != k.shape[1]
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=grouped)
         out: Tensor = self.output(o.transpose(1, 2).reshape(micro, seq, -1))
-        return x + out
+        return x + (out if drop is None else drop(out))
 
 
 class MLP(nn.Module):
@@ -415,7 +422,7 @@ class MLP(nn.Module):
             self.fc1 = tp.column(h, f, config.linear_bias)
         self.fc2 = tp.row(f, h, config.linear_bias)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, drop: Dropout | None = None) -> Tensor:
         h = copy_to_region(self.norm(x), self.group)
         if self.kind == "swiglu":
             inner = F.silu(self.gate.local(h)) * self.up.local(h)
@@ -424,7 +431,39 @@ class MLP(nn.Module):
         else:
             inner = F.gelu(self.fc1.local(h), approximate="tanh")  # GPT-2's gelu
         out: Tensor = self.fc2(inner)
-        return x + out
+        return x + (out if drop is None else drop(out))
+
+
+@dataclass(frozen=True, slots=True)
+class DropoutKey:
+    """What a microbatch's dropout masks derive from: the seed, the step and the global index
+    of each sample in the step's batch - never the plan - so every plan drops the same
+    elements, and recomputation (activation checkpointing) draws the same masks again."""
+
+    seed: int
+    step: int
+    samples: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Dropout:
+    """Residual dropout at one site of one block: a mask per sample of the whole
+    [seq, hidden] output (replicated over the TP group, so every TP rank draws the same)."""
+
+    key: DropoutKey
+    layer: int
+    site: str
+    p: float
+
+    def __call__(self, out: Tensor) -> Tensor:
+        masks = []
+        for sample in self.key.samples:
+            generator = torch.Generator(device="cpu")
+            name = f"dropout/{self.key.seed}/{self.key.step}/{sample}/{self.layer}/{self.site}"
+            generator.manual_seed(_seed_of(name))
+            masks.append(torch.rand(out.shape[1:], generator=generator) >= self.p)
+        keep = torch.stack(masks).to(device=out.device, dtype=out.dtype)
+        return out * keep / (1.0 - self.p)
 
 
 class Block(nn.Module):
@@ -433,8 +472,14 @@ class Block(nn.Module):
         self.attention = Attention(config, tp)
         self.mlp = MLP(config, tp)
 
-    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor] | None) -> Tensor:
-        out: Tensor = self.mlp(self.attention(x, rope))
+    def forward(
+        self,
+        x: Tensor,
+        rope: tuple[Tensor, Tensor] | None,
+        drops: tuple[Dropout, Dropout] | None = None,
+    ) -> Tensor:
+        attention, mlp = (None, None) if drops is None else drops
+        out: Tensor = self.mlp(self.attention(x, rope, attention), mlp)
         return out
 
 
@@ -500,8 +545,12 @@ class StageModule(nn.Module):
         tp_rank: int,
         seed: int,
         dtype: torch.dtype = torch.float32,
+        *,
+        dropout: float = 0.0,
+        checkpoint_activations: bool = False,
     ) -> None:
         super().__init__()
+        self.dropout, self.checkpoint_activations = dropout, checkpoint_activations
         specs = param_specs(config, first_block, end_block, holds)
         _check_tp(config, tp_group, tp_size, tp_rank)
         tp = _Parallel(tp_group if tp_size > 1 else None, tp_size, tp_rank, dtype)
@@ -534,15 +583,32 @@ class StageModule(nn.Module):
                 parameters[spec.name].copy_(value)
 
     def forward(
-        self, x: Tensor, positions: Tensor | None = None, targets: Tensor | None = None
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        targets: Tensor | None = None,
+        noise: DropoutKey | None = None,
     ) -> Tensor:
+        """`noise` names the microbatch's samples for dropout (needed when `dropout` > 0)."""
         seq = x.shape[1]
         if positions is None:
             positions = torch.arange(seq, device=x.device)
         hidden = self._embed(x, positions) if self.takes_tokens else x
         rope = self._rope(positions, hidden.dtype) if self.config.position == "rope" else None
-        for block in self.blocks.values():
-            hidden = block(hidden, rope)
+        if self.dropout > 0 and noise is None:
+            raise ValueError("dropout needs the microbatch's DropoutKey")
+        for index, block in self.blocks.items():
+            drops = None
+            if self.dropout > 0:
+                assert noise is not None
+                drops = (
+                    Dropout(noise, int(index), "attention", self.dropout),
+                    Dropout(noise, int(index), "mlp", self.dropout),
+                )
+            if self.checkpoint_activations and torch.is_grad_enabled():
+                hidden = checkpoint(block, hidden, rope, drops, use_reentrant=False)
+            else:
+                hidden = block(hidden, rope, drops)
         if self.final_norm is not None:
             hidden = self.final_norm(hidden)
         if not self.computes_loss:

@@ -44,9 +44,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from hetc.plan import Plan, capability_problems, plan_from_json, read_cluster_file
-from hetc.runtime.data import SYNTHETIC, TrainingData
+from hetc.runtime.data import SYNTHETIC, TrainingData, pipeline_samples
 from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
-from hetc.runtime.model import ModelConfig, ParamSpec, StageModule
+from hetc.runtime.model import DropoutKey, ModelConfig, ParamSpec, StageModule
 from hetc.runtime.startup import Startup
 
 if TYPE_CHECKING:
@@ -222,6 +222,8 @@ class StageTrainer:
             self.tp_size,
             self.tp_rank,
             self.training["seed"],
+            dropout=self.training.get("dropout", 0.0),
+            checkpoint_activations=self.training["activation_checkpointing"],
         ).to(self.device)
         self.hidden = config.hidden
         self.first, self.last = rf["stage"] == 0, rf["stage"] == rf["stages"] - 1
@@ -259,12 +261,20 @@ class StageTrainer:
     def _torch(self, plan_rank: int) -> int:
         return self.started.torch_ranks[plan_rank]
 
-    def _forward(self, x: Tensor, targets: Tensor | None) -> Tensor:
+    def _forward(self, x: Tensor, targets: Tensor | None, noise: DropoutKey | None) -> Tensor:
         if self.engine is not None:
-            return self.engine.forward(x, targets)
+            return self.engine.forward(x, targets, noise)
         with self._autocast():
-            out: Tensor = self.model(x) if targets is None else self.model(x, targets=targets)
+            out: Tensor = self.model(x, targets=targets, noise=noise)
         return out
+
+    def _noise(self, step: int, pipeline: int, index: int) -> DropoutKey | None:
+        """The microbatch's dropout key: its samples' places in the step's global batch."""
+        if self.model.dropout == 0:
+            return None
+        run = pipeline_samples(step, self.data.shares, self.micro, pipeline)
+        first = run.start + index * self.micro
+        return DropoutKey(self.training["seed"], step, tuple(range(first, first + self.micro)))
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         dtype = AUTOCAST.get(self.precision)
@@ -324,7 +334,8 @@ class StageTrainer:
                     x = self._receive_full(self.rank_file["previous_stage"]).requires_grad_()
                 scale = self.scaler.scale if self.scaler else 1.0
                 with clock.section("compute"):
-                    out = self._forward(x, targets if self.last else None)
+                    noise = self._noise(step, pipeline, index)
+                    out = self._forward(x, targets if self.last else None, noise)
                 if self.last:
                     loss_sum += out.detach().double()
                     saved[index] = (x, out.float() * (scale / self.tokens_per_batch))

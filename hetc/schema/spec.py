@@ -47,6 +47,8 @@ class Training:
     """Global gradient-norm clip; 0 means off."""
     zero_stage: int = 1
     activation_checkpointing: bool = False
+    dropout: float = 0.0
+    """Residual dropout probability; masks are plan-independent (hetc.runtime.model)."""
     seed: int = 1234
     tokens: float | None = None
     """Training budget in tokens; None means not given."""
@@ -210,8 +212,9 @@ def build_spec(data: dict[str, Any]) -> Spec:
         k: float(v) if k == "min_lr" else v for k, v in training.pop("lr_schedule", {}).items()
     }
     tokens = training.pop("tokens", None)
-    if "gradient_clipping" in training:
-        training["gradient_clipping"] = float(training["gradient_clipping"])
+    for name in ("gradient_clipping", "dropout"):
+        if name in training:
+            training[name] = float(training[name])
     typed_training = Training(
         **training,
         optimizer=Optimizer(**optimizer),
