@@ -126,9 +126,12 @@ def test_het_job_starts_every_rank_and_takes_a_checkpoint_request(
     text = log.read_text()
     assert state == "COMPLETED", text
 
-    # USR1 left a request and the step ran on.
-    assert (run_dir / "checkpoint-request").exists(), text
+    # USR1 left a request, the step ran on, and the ranks took a checkpoint for it before the
+    # run's final one (then removed the request).
     assert "USR1 received" in text
+    assert not (run_dir / "checkpoint-request").exists(), text
+    taken = sorted(p.name for p in (run_dir / "ckpt").glob("step-*") if ".tmp-" not in p.name)
+    assert len(taken) >= 2 and "step-20" in taken, taken
 
     # Every rank of the plan started exactly once and verified each of its groups.
     records = [json.loads(p.read_text()) for p in sorted((run_dir / "startup").glob("*.json"))]
