@@ -1,6 +1,13 @@
 """A checkpoint written under one plan resumes under another (other stages, data-parallel
-width and TP degrees) to exactly the run that was never interrupted; a damaged checkpoint
-stops every rank with one message, and an interrupted write never becomes `latest`."""
+width and TP degrees, hetc's own path or ZeRO 1/2 engines) to exactly the run that was never
+interrupted; a damaged checkpoint stops every rank with one message, and an interrupted write
+never becomes `latest`. Run as a script, this module is one rank of the runtime with a
+deliberate bug, the mutation check of resuming into engines:
+
+    python tests/test_runtime_checkpoint.py fresh-engine-state [runtime arguments...]
+
+(each DeepSpeed engine loads the weights but leaves its optimizer state fresh).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -28,6 +36,10 @@ from hetc.schema.spec import Spec
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
+ADAMW_SPEC = {"optimizer": ADAMW, "clip": 0.05}
+"""AdamW with a binding clip, as in test_runtime_train: without it Adam blows the rounding noise
+of gradients that are zero in exact arithmetic (key biases) up to the learning rate, under any
+plan, interrupted or not."""
 STEPS, SAVED = 5, 2
 """The uninterrupted run's steps; the steps trained before the checkpoint."""
 TWO_STAGES = _plan(  # two processes, each a whole stage: rank 1 never reads block 0's files
@@ -48,10 +60,12 @@ def _run(
     every: int | None = None,
     request: bool = False,
     mutation: str | None = None,
+    hook: str | None = None,
     deepspeed: dict[str, object] | None = None,
 ) -> tuple[list[Outcome], Path]:
-    """Train under `plan` with outputs in `where`; returns each rank's outcome and the run
-    directory (checkpoints go to its `checkpoints/`)."""
+    """Train under `plan` with outputs in `where`, with a `mutation` of runtime_training.py or a
+    `hook` of this module; returns each rank's outcome and the run directory (checkpoints go to
+    its `checkpoints/`)."""
     out, run = where / "out", where / "run"
     out.mkdir(parents=True)
     run.mkdir()
@@ -70,6 +84,8 @@ def _run(
     command = [sys.executable, "-m", "hetc.runtime"]
     if mutation is not None:
         command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
+    if hook is not None:
+        command = [sys.executable, str(HERE / "test_runtime_checkpoint.py"), hook]
     ranks = [
         type(r)(
             node=r.node,
@@ -144,26 +160,101 @@ def test_sgd_resumes_under_another_plan_as_if_never_interrupted(
     assert (run / "checkpoints" / "latest").read_text() == f"step-{STEPS}\n"
 
 
-def test_adamw_state_round_trips_between_plans(tmp_path: Path) -> None:
-    # A binding clip, as in test_runtime_train: without it Adam blows the rounding noise of
-    # gradients that are zero in exact arithmetic (key biases) up to the learning rate, under
-    # any plan, interrupted or not.
-    spec = oracle_spec(batch=MIXED_TP.global_batch_size, optimizer=ADAMW, clip=0.05)
-    outcomes, first = _run(MIXED_TP, spec, tmp_path / "a", "--steps", str(SAVED), every=1)
+@pytest.fixture(scope="module")
+def adamw_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """MIXED_TP (hetc's own path) trains SAVED steps of AdamW, checkpointing after each; the
+    run directory."""
+    spec = oracle_spec(batch=MIXED_TP.global_batch_size, **ADAMW_SPEC)
+    where = tmp_path_factory.mktemp("adamw")
+    outcomes, run = _run(MIXED_TP, spec, where, "--steps", str(SAVED), every=1)
     _succeeded(outcomes)
+    return run
+
+
+@pytest.fixture(scope="module")
+def adamw_reference() -> tuple[list[float], dict[str, torch.Tensor], list[float]]:
+    return reference_run(oracle_spec(batch=MIXED_TP.global_batch_size, **ADAMW_SPEC), STEPS, 1)
+
+
+Resumed = tuple[list[float], dict[str, list[torch.Tensor]]]
+"""The losses of both parts of an interrupted run, and the resumed run's final weights."""
+
+
+def _resume_adamw(
+    first: Path, plan: Plan, where: Path, *, zero: int = 0, hook: str | None = None
+) -> Resumed:
+    """Resume `first`'s checkpoint of step SAVED under `plan` (ZeRO `zero`) to the end."""
+    spec = oracle_spec(batch=plan.global_batch_size, zero=zero, **ADAMW_SPEC)
+    weights = where / "weights"
     checkpoint = first / "checkpoints" / f"step-{SAVED}"
-    assert (first / "checkpoints" / "step-1" / "meta.json").exists(), "checkpoint_every 1"
+    resume = ["--resume", str(checkpoint), "--save-weights", str(weights)]
+    outcomes, second = _run(plan, spec, where / "run", *resume, hook=hook)
+    _succeeded(outcomes)
+    return run_losses(first) + run_losses(second), saved_weights(weights)
+
+
+def _assert_adamw_matches(resumed: Resumed, reference: Any) -> None:
+    """The uninterrupted run's, within the tolerances of test_runtime_deepspeed."""
+    losses, weights = resumed
+    _assert_matches(losses, weights, reference, 1e-3, atol=1e-5)
+    assert losses == pytest.approx(reference[0], rel=1e-6)
+
+
+def test_adamw_state_round_trips_between_plans(
+    adamw_run: Path, adamw_reference: Any, tmp_path: Path
+) -> None:
+    checkpoint = adamw_run / "checkpoints" / f"step-{SAVED}"
+    assert (adamw_run / "checkpoints" / "step-1" / "meta.json").exists(), "checkpoint_every 1"
     meta = json.loads((checkpoint / "meta.json").read_text())
     assert meta["optimizer"] == "AdamW"
     assert "optim/embedding.tokens.weight.pt" in meta["files"]
-    weights = tmp_path / "weights"
-    resume = ["--resume", str(checkpoint), "--save-weights", str(weights)]
-    outcomes, second = _run(NEIGHBOURS, spec, tmp_path / "b", *resume)
+    _assert_adamw_matches(_resume_adamw(adamw_run, NEIGHBOURS, tmp_path), adamw_reference)
+
+
+ENGINE_STAGES = _plan(  # 2 stages x 2 TP-1 replicas, shares 3 and 1: ZeRO-2 pads, tied table
+    4,
+    [
+        Stage(first_block=0, end_block=2, replicas=(_replica(0, 0), _replica(0, 1))),
+        Stage(first_block=2, end_block=4, replicas=(_replica(1, 0), _replica(1, 1))),
+    ],
+    [3, 1],
+)
+ENGINE_REPLICAS = _plan(  # one stage, two TP-1 replicas, shares 3 and 1: each holds half
+    4, [Stage(first_block=0, end_block=4, replicas=(_replica(0, 0), _replica(0, 1)))], [3, 1]
+)
+
+
+def test_a_zero2_engine_checkpoint_is_complete_and_resumes_on_hetcs_own_path(
+    adamw_run: Path, adamw_reference: Any, tmp_path: Path
+) -> None:
+    spec = oracle_spec(batch=ENGINE_STAGES.global_batch_size, zero=2, **ADAMW_SPEC)
+    outcomes, first = _run(ENGINE_STAGES, spec, tmp_path / "engine", "--steps", str(SAVED))
     _succeeded(outcomes)
-    losses = run_losses(first) + run_losses(second)
-    reference = reference_run(spec, STEPS, 1)
-    _assert_matches(losses, saved_weights(weights), reference, 1e-3, atol=1e-5)
-    assert losses == pytest.approx(reference[0], rel=1e-6)
+    checkpoint, own = (r / "checkpoints" / f"step-{SAVED}" for r in (first, adamw_run))
+    meta, own_meta = (json.loads((c / "meta.json").read_text()) for c in (checkpoint, own))
+    assert meta["unsaved_state"] == [] and meta["optimizer"] == own_meta["optimizer"]
+    assert set(meta["files"]) == set(own_meta["files"]), "the files of hetc's own path"
+    for relative in (f for f in meta["files"] if f.startswith("optim/")):
+        state, own_state = (torch.load(c / relative) for c in (checkpoint, own))
+        layout = {k: (v.shape, v.dtype) for k, v in state.items()}
+        assert layout == {k: (v.shape, v.dtype) for k, v in own_state.items()}, relative
+        assert state["step"] == own_state["step"] == SAVED
+    _assert_adamw_matches(_resume_adamw(first, MIXED_TP, tmp_path / "own"), adamw_reference)
+
+
+def test_an_own_path_checkpoint_resumes_in_zero1_engines(
+    adamw_run: Path, adamw_reference: Any, tmp_path: Path
+) -> None:
+    resumed = _resume_adamw(adamw_run, ENGINE_REPLICAS, tmp_path, zero=1)
+    _assert_adamw_matches(resumed, adamw_reference)
+
+
+def test_an_engine_that_leaves_the_optimizer_state_fresh_is_caught(
+    adamw_run: Path, adamw_reference: Any, tmp_path: Path
+) -> None:
+    resumed = _resume_adamw(adamw_run, ENGINE_REPLICAS, tmp_path, zero=1, hook="fresh-engine-state")
+    with pytest.raises(AssertionError):
+        _assert_adamw_matches(resumed, adamw_reference)
 
 
 def test_a_corrupted_file_stops_every_rank_with_one_message(sgd_run: Path, tmp_path: Path) -> None:
@@ -219,3 +310,23 @@ def test_fp16_resumes_with_the_loss_scale_it_had_reached(tmp_path: Path) -> None
     resumed = saved_weights(second / "weights")
     for name, [value] in saved_weights(whole / "weights").items():
         assert torch.equal(resumed[name][0], value), name
+
+
+def _fresh_engine_state() -> None:
+    from hetc.runtime import engine
+
+    load_full = engine.StageEngine.load_full
+
+    def weights_only(self: Any, parameter: Any, master: Any, state: Any) -> None:
+        load_full(self, parameter, master, {})
+
+    engine.StageEngine.load_full = weights_only  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    if sys.argv[1] != "fresh-engine-state":
+        raise SystemExit(f"unknown hook {sys.argv[1]}")
+    _fresh_engine_state()
+    from hetc.runtime.__main__ import main
+
+    sys.exit(main(sys.argv[2:]))

@@ -8,15 +8,24 @@ stage cut, data-parallel width or TP degree reads it by name and takes its own `
 
     <checkpoint_dir>/latest                  "step-<k>": the newest complete checkpoint
     <checkpoint_dir>/step-<k>/meta.json      step (the next step to train), data position,
-                                             hetc version, model, optimizer class, plan hash
-                                             that wrote it, fp16 loss-scaler state, optimizer
-                                             state it could not save (then no run resumes
-                                             from it), sha256 of every other file
+                                             hetc version, model, optimizer (torch's class
+                                             name), plan hash that wrote it, fp16 loss-scaler
+                                             state, optimizer state it could not save (then
+                                             no run resumes from it), sha256 of every other
+                                             file
     <checkpoint_dir>/step-<k>/params/<name>.pt   the whole parameter (`torch.save`)
     <checkpoint_dir>/step-<k>/optim/<name>.pt    {state key: tensor}: the whole exp_avg and
                                              exp_avg_sq and the step count (Adam, AdamW), the
                                              momentum buffer (SGD with momentum); absent
                                              where the optimizer keeps no state
+
+A stage trained through a DeepSpeed engine (ZeRO 1/2, `hetc.runtime.engine`) writes the same
+files: its weights are the fp32 masters and its state the base optimizer's, both partitioned
+over the stage's replicas, which DeepSpeed's `safe_get_full_*` helpers assemble per parameter
+(an all-reduce over the replicas each, so every replica takes part), with the step count in
+torch's form. Read back, each rank sets its fragments through `safe_set_full_*` and the
+module's low-precision copy from the whole tensor, so a checkpoint from either path resumes
+on either.
 
 `run.checkpoint_dir` is taken relative to the run directory (`HETC_RUN_DIR`) unless absolute:
 the run directory is where a run's other records go, and each Slurm job gets its own by
@@ -41,10 +50,10 @@ Ranks see files and signals at different moments, so each iteration they all-red
 they saw and act together.
 
 Reading (`load_checkpoint`). Every rank reads the whole tensors of its own parameters,
-checks their sha256 against meta.json, and keeps its shard; any failure on any rank (a
-missing, truncated or corrupted file, another model) is gathered so that every rank stops
-with the same message naming the file, rather than some ranks hanging in the next
-collective.
+checks their sha256 against meta.json, and keeps its shard (on an engine's stage, the
+fragments of it that ZeRO gave the rank); any failure on any rank (a missing, truncated or
+corrupted file, another model) is gathered so that every rank stops with the same message
+naming the file, rather than some ranks hanging in the next collective.
 """
 
 from __future__ import annotations
@@ -71,7 +80,7 @@ from torch import Tensor
 from hetc.runtime.data import DataError, DataPosition
 from hetc.runtime.model import ParamSpec, shard
 from hetc.runtime.startup import CHECKPOINT_REQUEST, _hetc_version, checkpoint_requested
-from hetc.runtime.train import TOKEN_TABLE, StageTrainer
+from hetc.runtime.train import TOKEN_TABLE, StageTrainer, TrainingError
 
 FORMAT = 1
 """meta.json's `format`; a reader refuses others rather than misreading them."""
@@ -163,9 +172,10 @@ class Checkpointer:
         tmp = self.root / f"step-{step}.tmp-{token}"
         tmp.mkdir(parents=True, exist_ok=True)
         meta = self._meta(step) if self.rank == 0 else None
+        unsaved = _unsaved_state(self.trainer)
         self._thread = threading.Thread(
             target=self._write,
-            args=(step, tmp, contents, meta),
+            args=(step, tmp, contents, unsaved, meta),
             name=f"hetc-checkpoint-{step}",
         )
         self._thread.start()
@@ -180,9 +190,9 @@ class Checkpointer:
             "data_position": trainer.data.position(step).to_json(),
             "hetc_version": _hetc_version(),
             "model": trainer.training["model"],
-            "optimizer": type(trainer.optimizer).__name__,
+            "optimizer": _update_rule(trainer),
             "plan_hash": trainer.rank_file["plan_hash"],
-            "loss_scaler": None if trainer.scaler is None else asdict(trainer.scaler),
+            "loss_scaler": _loss_scaler(trainer),
         }
 
     def _settle(self) -> str:
@@ -209,17 +219,22 @@ class Checkpointer:
         self._serving_request = False
 
     def _write(
-        self, step: int, tmp: Path, contents: Contents | None, meta: dict[str, Any] | None
+        self,
+        step: int,
+        tmp: Path,
+        contents: Contents | None,
+        unsaved: str | None,
+        meta: dict[str, Any] | None,
     ) -> None:
         try:
             if contents is not None:
-                self._write_part(tmp, contents)
+                self._write_part(tmp, contents, unsaved)
             if meta is not None:
                 self._commit(step, tmp, meta)
         except Exception as exc:  # reported by every rank at the next agreement
             self._error = f"{type(exc).__name__}: {exc}"
 
-    def _write_part(self, tmp: Path, contents: Contents) -> None:
+    def _write_part(self, tmp: Path, contents: Contents, unsaved: str | None) -> None:
         digests: dict[str, str] = {}
         try:
             for relative, value in contents.items():
@@ -231,10 +246,10 @@ class Checkpointer:
         except Exception as exc:
             # Tell plan rank 0 at once, so that it does not wait out its timeout.
             failure = {"error": f"{type(exc).__name__}: {exc}"}
-            _write_synced(tmp / f"failed-{self.rank:05d}.json", _json(failure))
+            _write_marker(tmp / f"failed-{self.rank:05d}.json", failure)
             raise
-        marker = {"files": digests, "unsaved_state": _unsaved_state(self.trainer)}
-        _write_synced(tmp / f"done-{self.rank:05d}.json", _json(marker))
+        marker = {"files": digests, "unsaved_state": unsaved}
+        _write_marker(tmp / f"done-{self.rank:05d}.json", marker)
 
     def _commit(self, step: int, tmp: Path, meta: dict[str, Any]) -> None:
         """Plan rank 0: once every writer is done, publish `tmp` as `step-<step>`."""
@@ -272,17 +287,24 @@ class Checkpointer:
 def stage_contents(trainer: StageTrainer) -> Contents | None:
     """This stage's whole tensors by file, on TP rank 0 of replica 0 of each stage (None
     elsewhere); copies, so training may go on while they are written. Replica 0's TP ranks
-    all-gather together, in parameter order."""
+    all-gather together, in parameter order; on a DeepSpeed engine's stage every replica first
+    takes part in assembling each master and state tensor from ZeRO's partitions."""
     rank_file = trainer.rank_file
-    if rank_file["replica"] != 0:
+    engine = trainer.engine
+    if engine is None and rank_file["replica"] != 0:
         return None
     contents: Contents = {}
     for name, parameter in trainer.parameters.items():
         if name == TOKEN_TABLE and rank_file["stage"] != 0:
             continue  # the last stage's copy of the tied table equals the first stage's
+        if engine is None:
+            weight, state = parameter.detach(), trainer.optimizer.state.get(parameter)
+        else:
+            weight, state = engine.full_state(parameter)
+        if rank_file["replica"] != 0:
+            continue
         spec = trainer.specs[name]
-        contents[f"params/{name}.pt"] = _host_copy(_whole(trainer, parameter.detach(), spec))
-        state = trainer.optimizer.state.get(parameter)
+        contents[f"params/{name}.pt"] = _host_copy(_whole(trainer, weight, spec))
         if state:
             contents[f"optim/{name}.pt"] = {
                 key: _host_copy(
@@ -292,21 +314,36 @@ def stage_contents(trainer: StageTrainer) -> Contents | None:
                 )
                 for key, value in sorted(state.items())
             }
-    return contents if trainer.tp_rank == 0 else None
+    return contents if rank_file["replica"] == 0 and trainer.tp_rank == 0 else None
+
+
+def _update_rule(trainer: StageTrainer) -> str:
+    """The optimizer a checkpoint names: torch's class name on both paths, so that either
+    resumes what the other wrote (a ZeRO optimizer wraps torch's class or DeepSpeed's own)."""
+    if trainer.engine is None:
+        return type(trainer.optimizer).__name__
+    return trainer.engine.update_rule()
+
+
+def _loss_scaler(trainer: StageTrainer) -> dict[str, Any] | None:
+    """fp16's loss-scaler state in `LossScaler`'s fields on either path (None otherwise): every
+    rank agrees on overflow, so plan rank 0's scale is every stage's."""
+    if trainer.scaler is not None:
+        return asdict(trainer.scaler)
+    return None if trainer.engine is None else trainer.engine.loss_scaler()
 
 
 def _unsaved_state(trainer: StageTrainer) -> str | None:
-    """Why this stage's optimizer state is not in the checkpoint, if it is not: an optimizer
-    that steps other tensors than the stage's parameters (a DeepSpeed ZeRO engine's
-    partitions) keeps no state by parameter name. The weights are still written, for
-    inspection, but no run may resume from them as if the state were there."""
-    stepped = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
-    if all(id(p) in stepped for p in trainer.parameters.values()):
+    """Why this stage's optimizer state is not all in the checkpoint, if it is not: a ZeRO
+    optimizer's state other than per-element tensors and the step count belongs to no
+    parameter. The rest is still written, for inspection, but no run may resume from it as
+    if that state were there."""
+    unsaved = [] if trainer.engine is None else trainer.engine.unsaved_state()
+    if not unsaved:
         return None
     return (
-        f"stage {trainer.rank_file['stage']}'s optimizer ({type(trainer.optimizer).__name__})"
-        " does not step the stage's parameters themselves, so hetc cannot save its state by"
-        " parameter name"
+        f"stage {trainer.rank_file['stage']}'s optimizer ({_update_rule(trainer)}) keeps"
+        f" {', '.join(unsaved)}, which no parameter owns, so hetc cannot save it by name"
     )
 
 
@@ -340,6 +377,14 @@ def _publish(tmp: Path, final: Path) -> None:
 
 def _json(record: Mapping[str, Any]) -> bytes:
     return (json.dumps(record, sort_keys=True, indent=2) + "\n").encode()
+
+
+def _write_marker(path: Path, record: Mapping[str, Any]) -> None:
+    """Write a marker under another name and rename it into place: plan rank 0 reads a marker
+    as soon as its name appears, which must not be before its content."""
+    part = path.with_name(f"{path.name}.part")
+    _write_synced(part, _json(record))
+    os.replace(part, path)
 
 
 def _write_synced(path: Path, data: bytes) -> str:
@@ -421,7 +466,7 @@ def _load(trainer: StageTrainer, path: Path) -> int:
         )
     if meta["model"] != trainer.training["model"]:
         raise CheckpointError(f"{path / META}: the checkpoint is of another model")
-    kind = type(trainer.optimizer).__name__
+    kind = _update_rule(trainer)
     if meta["optimizer"] != kind:
         raise CheckpointError(
             f"{path / META}: the checkpoint's optimizer is {meta['optimizer']}, this run's {kind}"
@@ -431,11 +476,14 @@ def _load(trainer: StageTrainer, path: Path) -> int:
     except DataError as exc:
         raise CheckpointError(f"{path / META}: {exc}") from None
     scaler = meta["loss_scaler"]
-    if trainer.scaler is not None and scaler is not None:
+    if scaler is not None:
         # fp16 on both sides: go on with the scale the run had reached. Another precision
         # before (other devices) starts the scaler afresh. The settings stay this run's.
-        for key in ("scale", "iteration", "last_overflow", "hysteresis_left"):
-            setattr(trainer.scaler, key, scaler[key])
+        if trainer.scaler is not None:
+            for key in ("scale", "iteration", "last_overflow", "hysteresis_left"):
+                setattr(trainer.scaler, key, scaler[key])
+        elif trainer.engine is not None:
+            trainer.engine.set_loss_scaler(scaler)
     files: dict[str, str] = meta["files"]
     with torch.no_grad():
         for name, parameter in trainer.parameters.items():
@@ -446,14 +494,23 @@ def _load(trainer: StageTrainer, path: Path) -> int:
             full = _read(path / relative, files[relative])
             if not isinstance(full, Tensor) or tuple(full.shape) != spec.full_shape:
                 raise CheckpointError(f"{path / relative}: not a tensor of {spec.full_shape}")
-            parameter.copy_(shard(full, spec, trainer.tp_size, trainer.tp_rank))
+            weight = shard(full, spec, trainer.tp_size, trainer.tp_rank).to(parameter.device)
             relative = f"optim/{name}.pt"
+            state = {}
             if relative in files:
-                state = _read(path / relative, files[relative])
-                trainer.optimizer.state[parameter] = {
+                state = {
                     key: _state_shard(trainer, value, spec, parameter)
-                    for key, value in state.items()
+                    for key, value in _read(path / relative, files[relative]).items()
                 }
+            if trainer.engine is not None:
+                try:
+                    trainer.engine.load_full(parameter, weight, state)
+                except TrainingError as exc:
+                    raise CheckpointError(f"{path / relative}: {exc}") from None
+                continue
+            parameter.copy_(weight)
+            if state:
+                trainer.optimizer.state[parameter] = state
     return step
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +46,13 @@ import torch
 import torch.distributed as dist
 from deepspeed.accelerator import get_accelerator
 from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
-from deepspeed.utils import safe_get_full_fp32_param
+from deepspeed.utils import (
+    lazy_init_hp_params_optimizer_state,
+    safe_get_full_fp32_param,
+    safe_get_full_optimizer_state,
+    safe_set_full_fp32_param,
+    safe_set_full_optimizer_state,
+)
 from torch import Tensor
 
 from hetc.runtime.model import DropoutKey
@@ -206,6 +212,123 @@ class StageEngine:
             name: safe_get_full_fp32_param(parameter)
             for name, parameter in self.trainer.parameters.items()
         }
+
+    # -- checkpoints: masters and optimizer state by parameter --------------------------
+
+    def update_rule(self) -> str:
+        """The optimizer by torch's class name (Adam, AdamW, SGD), whichever class DeepSpeed
+        steps with (its FusedAdam runs either Adam rule on a GPU): a checkpoint names the rule,
+        so that either path resumes what the other wrote."""
+        base = self.optimizer.optimizer
+        adam_w = getattr(base, "adam_w_mode", None)
+        if adam_w is None:
+            return type(base).__name__
+        return "AdamW" if adam_w else "Adam"
+
+    def _partition(self) -> tuple[Tensor, dict[str, Any]]:
+        """The flat fp32 partition that the base optimizer steps, and its state (empty before
+        the first step). hetc hands DeepSpeed one parameter group, so there is one."""
+        (group,) = self.optimizer.param_groups
+        flat: Tensor = group["params"][0]
+        return flat, self.optimizer.optimizer.state[flat]
+
+    def _per_element(self) -> list[str]:
+        """The state keys that ZeRO links to each parameter's fragment (DeepSpeed's rule: the
+        tensors shaped like the partition)."""
+        flat, state = self._partition()
+        return sorted(
+            k for k, v in state.items() if isinstance(v, Tensor) and v.shape == flat.shape
+        )
+
+    def unsaved_state(self) -> list[str]:
+        """State keys that are neither per-element nor the step count: no parameter owns them,
+        so a checkpoint by parameter name cannot hold them."""
+        _, state = self._partition()
+        return sorted(set(state) - set(self._per_element()) - {"step"})
+
+    def full_state(self, parameter: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """`parameter`'s fp32 master and optimizer state as hetc's own path keeps them, so that
+        both paths write the same files: whole over the replicas (each holds a fragment), the
+        per-element state under torch's keys, the step count as torch's Adam keeps it (a float
+        tensor; FusedAdam keeps an int). Each tensor is an all-reduce over the replicas: every
+        replica calls this for the same parameters in the same order."""
+        _, state = self._partition()
+        master = safe_get_full_fp32_param(parameter)
+        whole = {key: safe_get_full_optimizer_state(parameter, key) for key in self._per_element()}
+        if "step" in state:
+            whole["step"] = torch.tensor(float(state["step"]))
+        return master, whole
+
+    def load_full(self, parameter: Tensor, master: Tensor, state: Mapping[str, Tensor]) -> None:
+        """Set `parameter` from whole (TP-local) tensors in the form `full_state` returns: this
+        rank's fragment of the fp32 master and of each state tensor, and the module's
+        low-precision copy, which every replica holds whole (so no communication)."""
+        if state and not self._partition()[1]:
+            self._create_state()
+        safe_set_full_fp32_param(parameter, master)
+        parameter.detach().copy_(master)
+        if not state:
+            return
+        _, kept = self._partition()
+        keys = self._per_element()
+        expected = {*keys, *({"step"} & set(kept))}
+        if set(state) != expected:
+            raise TrainingError(
+                f"the optimizer state has {sorted(state)}; this run's {self.update_rule()} keeps"
+                f" {sorted(expected)}"
+            )
+        for key in keys:
+            safe_set_full_optimizer_state(parameter, state[key], key)
+        if "step" in kept:
+            old, step = kept["step"], float(state["step"])
+            kept["step"] = old.new_tensor(step) if isinstance(old, Tensor) else type(old)(step)
+
+    def loss_scaler(self) -> dict[str, Any] | None:
+        """fp16: DeepSpeed's dynamic loss scaler in the fields of hetc's `LossScaler`, which
+        follows the same rules, so that a checkpoint carries the scale either path had reached;
+        None in other precisions."""
+        if not self.fp16:
+            return None
+        scaler = self.optimizer.loss_scaler
+        return {
+            "scale": scaler.cur_scale,
+            "window": scaler.scale_window,
+            "minimum": scaler.min_scale,
+            "hysteresis": scaler.delayed_shift,
+            "iteration": scaler.cur_iter,
+            "last_overflow": scaler.last_overflow_iter,
+            "hysteresis_left": scaler.cur_hysteresis,
+        }
+
+    def set_loss_scaler(self, record: Mapping[str, Any]) -> None:
+        """fp16: go on from a checkpoint's loss-scaler state (see `loss_scaler`); the settings
+        stay this run's. Other precisions keep no scale."""
+        if not self.fp16:
+            return
+        scaler = self.optimizer.loss_scaler
+        scaler.cur_scale = record["scale"]
+        scaler.cur_iter = record["iteration"]
+        scaler.last_overflow_iter = record["last_overflow"]
+        scaler.cur_hysteresis = record["hysteresis_left"]
+
+    def _create_state(self) -> None:
+        """The base optimizer creates its state at its first step, in its own form (torch's
+        Adam keeps a tensor step count, FusedAdam an int), and ZeRO links each parameter's
+        fragments to it after that step. So: a step at rate 0 on zero gradients, which moves
+        no master, then the state zeroed (as fresh wherever the checkpoint writes nothing, such
+        as alignment padding) and linked."""
+        flat, state = self._partition()
+        (group,) = self.optimizer.param_groups
+        rate, group["lr"] = group["lr"], 0.0
+        flat.grad = torch.zeros_like(flat)
+        self.optimizer.optimizer.step()
+        flat.grad = None
+        group["lr"] = rate
+        for key in self._per_element():
+            state[key].zero_()
+        lazy_init_hp_params_optimizer_state(
+            list(self.trainer.parameters.values()), flat, self.optimizer.optimizer.state
+        )
 
     # -- between the reduction and the step ---------------------------------------------
 
