@@ -1,9 +1,11 @@
-"""Measured per-layer times: Sailor's `profile.json` and hetc's own profile format.
+"""Measured profiles: Sailor's `profile.json` and hetc's own profile format.
 
 A profile is what a profiler measured on one device type for one model: for every microbatch
 size and tensor-parallel degree, the forward, backward and optimizer-update seconds of every
-layer. The compute model (`hetc.costmodel.compute`) returns these numbers exactly where they
-exist, and its FLOP/roofline estimate elsewhere.
+layer; optionally the bytes each layer holds (weights, and activations kept for backward per
+microbatch) and the bandwidth of collectives between the node's devices. The cost model uses
+these numbers exactly where they exist, and its FLOP/roofline and memory formulas elsewhere:
+a planner is only as good as its predictions, and a measurement beats a datasheet.
 
 Two spellings are read:
 
@@ -16,13 +18,40 @@ Two spellings are read:
 
 - **hetc** -- the same nested table under `times`, with the facts Sailor leaves implicit::
 
-      {"format": "hetc-layer-profile", "version": 1,
+      {"format": "hetc-layer-profile", "version": 2,
        "model": "OPT-350M", "device": "A100-40GB", "precision": "fp16",
        "seq_len": 2048, "units": "s",
-       "times": {"1": {"2": {"0": [fwd_s, bwd_s, update_s], ...}}}}
+       "times": {"1": {"2": {"0": [fwd_s, bwd_s, update_s], ...}}},
+       "architecture": {"layers": 24, "hidden": 1024, ...},
+       "memory": {"2": {"0": {"weight_bytes": 1.2e8,
+                              "activation_bytes": {"1": 4.1e7, "2": 8.2e7}}, ...}},
+       "peak_bytes": {"1": {"2": 3.3e9}},
+       "network": {"intra_node": {"all_reduce": {"2": {"coefficients": [a, b, c],
+                                                      "peak": 2.4e11, "residual": 0.03,
+                                                      "points": [[bytes, bytes_per_s], ...]}}}},
+       "meta": {"origin": "...", "date": "2026-11-26", "attention": "sdpa",
+                "threads": 1, "software": {"torch": "2.13.0"}}}
 
   `units` must be `"s"` (seconds per microbatch, per device). Keys are decimal strings
-  because JSON keys are strings; values are non-negative finite numbers.
+  because JSON keys are strings; values are non-negative finite numbers. Version 1 files
+  (`times` only) are still read. Optional sections:
+
+  - `architecture`: the shape that was profiled (the catalog's field names); a spec whose
+    model differs is refused, since its layers are not the ones timed.
+  - `memory`: TP degree -> layer index -> `weight_bytes` (this layer's parameters on one TP
+    rank, at the profile's precision) and `activation_bytes` (microbatch size -> bytes the
+    layer keeps for its backward).
+  - `peak_bytes`: microbatch -> TP -> the peak bytes of the profiled step, for reference.
+  - `network`: scope (`intra_node`, `inter_node`) -> collective (`all_reduce`,
+    `all_gather`, `p2p`) -> devices in the group -> a bandwidth fit in the cost model's
+    form (`hetc.costmodel.network.LogQuadraticCurve`: GB/s = a x^2 + b x + c with
+    x = log2(bytes / 1e6), `peak` in bytes/s), its relative RMS `residual` over the
+    measured `points` (message bytes, bytes/s; optional). Bandwidth is what the cost model's
+    ring formulas divide by: for an all-reduce of S bytes over n devices in t seconds,
+    2 (n - 1) / n x S / t; for an all-gather of S bytes in all, (n - 1) / n x S / t;
+    point to point, S / t.
+  - `meta`: where it came from (`origin`), `date`, `attention` implementation, `threads`
+    per rank, `software` versions; informational.
 
 Layer indices follow the model's layer order (Sailor: 0 is the embedding, the last the output
 end, the rest transformer blocks); every (microbatch, TP) entry must list the same indices.
@@ -32,11 +61,18 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetc.costmodel.network import LogQuadraticCurve
+
 HETC_FORMAT = "hetc-layer-profile"
-HETC_VERSION = 1
+HETC_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+SCOPES = ("intra_node", "inter_node")
+COLLECTIVES = ("all_reduce", "all_gather", "p2p")
 
 Times = tuple[float, float, float]
 """(forward_s, backward_s, update_s) of one layer for one microbatch on one device."""
@@ -47,8 +83,74 @@ class ProfileError(ValueError):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LayerMemory:
+    """Bytes one layer holds on one TP rank."""
+
+    weight_bytes: float
+    """Its parameters, at the profile's precision."""
+    activation_bytes: dict[int, float]
+    """Microbatch size -> bytes kept from its forward for its backward."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BandwidthFit:
+    """Measured bandwidth of one collective over a group of devices, in the cost model's form
+    (see `hetc.costmodel.network.LogQuadraticCurve`)."""
+
+    coefficients: tuple[float, float, float]
+    """(a, b, c): GB/s = a x^2 + b x + c, x = log2(bytes / 1e6)."""
+    peak: float
+    """Bytes/s: the most the link reached (the curve's ceiling)."""
+    residual: float | None = None
+    """Relative RMS error of the fit over `points` (None when the points are unknown)."""
+    points: tuple[tuple[float, float], ...] = ()
+    """The measurements fitted: (message bytes, bytes/s)."""
+
+    def curve(self) -> LogQuadraticCurve:
+        """The fraction-of-peak curve the network model scales a link's bandwidth by."""
+        a, b, c = self.coefficients
+        return LogQuadraticCurve(a, b, c, self.peak)
+
+
+def fit_bandwidth(points: Sequence[tuple[float, float]]) -> BandwidthFit:
+    """Least-squares fit of measured (message bytes, bytes/s) to the cost model's form.
+
+    GB/s = a x^2 + b x + c over x = log2(bytes / 1e6), solved from the 3x3 normal equations;
+    `peak` is the fastest measurement, `residual` the relative RMS error of the fit. Needs
+    three distinct message sizes.
+    """
+    if len({b for b, _ in points}) < 3 or any(b <= 0 or r <= 0 for b, r in points):
+        raise ValueError("a bandwidth fit needs three distinct positive message sizes and rates")
+    xs = [math.log2(b / 1e6) for b, _ in points]
+    ys = [r / 1e9 for _, r in points]
+    power = [sum(x**k for x in xs) for k in range(5)]
+    rhs = [sum(y * x**k for x, y in zip(xs, ys, strict=True)) for k in range(3)]
+    matrix = [[power[4 - i - j] for j in range(3)] + [rhs[2 - i]] for i in range(3)]
+    for col in range(3):
+        pivot = max(range(col, 3), key=lambda r: abs(matrix[r][col]))
+        matrix[col], matrix[pivot] = matrix[pivot], matrix[col]
+        for row in range(3):
+            if row != col:
+                ratio = matrix[row][col] / matrix[col][col]
+                matrix[row] = [v - ratio * w for v, w in zip(matrix[row], matrix[col], strict=True)]
+    a, b, c = (matrix[i][3] / matrix[i][i] for i in range(3))
+    errors = [((a * x * x + b * x + c) - y) / y for x, y in zip(xs, ys, strict=True)]
+    return BandwidthFit(
+        coefficients=(a, b, c),
+        peak=max(r for _, r in points),
+        residual=math.sqrt(sum(e * e for e in errors) / len(errors)),
+        points=tuple((float(b), float(r)) for b, r in points),
+    )
+
+
+Network = dict[str, dict[str, dict[int, BandwidthFit]]]
+"""scope -> collective -> devices in the group -> fit (see the module docstring)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LayerProfile:
-    """Measured per-layer times of one model on one device type."""
+    """What was measured of one model on one device type: per-layer times, and optionally
+    per-layer memory, peaks, collective bandwidths and the facts of the measurement."""
 
     model: str
     device: str
@@ -58,6 +160,15 @@ class LayerProfile:
     """microbatch size -> TP degree -> layer index -> (forward_s, backward_s, update_s)."""
     source: str = ""
     """Where it was read from (a path), for messages."""
+    architecture: dict[str, object] | None = None
+    """The profiled model's shape (catalog field names), when recorded."""
+    memory: dict[int, dict[int, LayerMemory]] = field(default_factory=dict)
+    """TP degree -> layer index -> bytes (empty: not measured)."""
+    peak_bytes: dict[int, dict[int, float]] = field(default_factory=dict)
+    """microbatch size -> TP degree -> the profiled step's peak bytes."""
+    network: Network = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
+    """origin, date, attention, threads, software: informational."""
 
     def lookup(self, microbatch: int, tp: int, layer: int) -> Times | None:
         """The measured times of `layer` at (microbatch, tp), or None when not measured."""
@@ -67,9 +178,28 @@ class LayerProfile:
         """Every measured (microbatch, tp) pair, sorted."""
         return sorted((m, t) for m, by_tp in self.times.items() for t in by_tp)
 
+    def layer_indices(self) -> list[int]:
+        """The layer indices every (microbatch, TP) entry lists."""
+        first = next(iter(next(iter(self.times.values())).values()))
+        return sorted(first)
+
+    def activation_bytes(self, microbatch: int, tp: int, layer: int) -> float | None:
+        """Measured activation bytes of `layer` at (microbatch, tp), or None."""
+        entry = self.memory.get(tp, {}).get(layer)
+        return None if entry is None else entry.activation_bytes.get(microbatch)
+
+    def bandwidth(self, scope: str, collective: str, devices: int) -> BandwidthFit | None:
+        """The fit for `collective` over `devices` devices; failing an exact group size, the
+        nearest measured one (larger on a tie), or None when that collective was not measured.
+        """
+        fits = self.network.get(scope, {}).get(collective, {})
+        if not fits:
+            return None
+        return fits[min(fits, key=lambda n: (abs(n - devices), -n))]
+
     def to_json(self) -> dict[str, object]:
         """The hetc spelling of this profile (see the module docstring)."""
-        return {
+        out: dict[str, object] = {
             "format": HETC_FORMAT,
             "version": HETC_VERSION,
             "model": self.model,
@@ -85,6 +215,55 @@ class LayerProfile:
                 for m, by_tp in sorted(self.times.items())
             },
         }
+        if self.architecture is not None:
+            out["architecture"] = dict(self.architecture)
+        if self.memory:
+            out["memory"] = {
+                str(t): {
+                    str(i): {
+                        "weight_bytes": m.weight_bytes,
+                        "activation_bytes": {
+                            str(b): v for b, v in sorted(m.activation_bytes.items())
+                        },
+                    }
+                    for i, m in sorted(layers.items())
+                }
+                for t, layers in sorted(self.memory.items())
+            }
+        if self.peak_bytes:
+            out["peak_bytes"] = {
+                str(m): {str(t): v for t, v in sorted(by_tp.items())}
+                for m, by_tp in sorted(self.peak_bytes.items())
+            }
+        if self.network:
+            out["network"] = {
+                scope: {
+                    collective: {str(n): _fit_json(fit) for n, fit in sorted(fits.items())}
+                    for collective, fits in sorted(by_collective.items())
+                }
+                for scope, by_collective in sorted(self.network.items())
+            }
+        if self.meta:
+            out["meta"] = dict(self.meta)
+        return out
+
+
+def _fit_json(fit: BandwidthFit) -> dict[str, object]:
+    out: dict[str, object] = {"coefficients": list(fit.coefficients), "peak": fit.peak}
+    if fit.residual is not None:
+        out["residual"] = fit.residual
+    if fit.points:
+        out["points"] = [list(p) for p in fit.points]
+    return out
+
+
+def write_profile(profile: LayerProfile, path: str | Path) -> None:
+    """Write `profile` in the hetc spelling, atomically (a reader never sees half a file)."""
+    path = Path(path)
+    text = json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n"
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 def _positive_int(key: object, where: str) -> int:
@@ -143,6 +322,121 @@ def _times_table(raw: object, where: str) -> dict[int, dict[int, dict[int, Times
     return table
 
 
+def _number(value: object, where: str, what: str) -> float:
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
+        return float(value)
+    raise ProfileError(f"{where}: {what} must be a non-negative number, got {value!r}")
+
+
+def _object(raw: object, where: str, what: str) -> dict[str, object]:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{where}: expected an object {what}, got {type(raw).__name__}")
+    return raw
+
+
+def _memory_table(
+    raw: object, times: dict[int, dict[int, dict[int, Times]]], where: str
+) -> dict[int, dict[int, LayerMemory]]:
+    indices = set(next(iter(next(iter(times.values())).values())))
+    table: dict[int, dict[int, LayerMemory]] = {}
+    for tkey, layers in _object(raw, where, "tp -> layer -> bytes").items():
+        tp = _positive_int(tkey, where)
+        here = f"{where}[{tkey}]"
+        row: dict[int, LayerMemory] = {}
+        for lkey, entry in _object(layers, here, "layer -> bytes").items():
+            if not (isinstance(lkey, str) and lkey.isdigit()) or int(lkey) not in indices:
+                raise ProfileError(
+                    f"{here}: layer {lkey!r} is not one of the timed layers {sorted(indices)}"
+                )
+            at = f"{here}[{lkey}]"
+            fields = _object(entry, at, "{weight_bytes, activation_bytes}")
+            unknown = set(fields) - {"weight_bytes", "activation_bytes"}
+            if unknown or "weight_bytes" not in fields:
+                raise ProfileError(
+                    f"{at}: expected keys weight_bytes and activation_bytes, got {sorted(fields)}"
+                )
+            acts = _object(fields.get("activation_bytes", {}), at, "microbatch -> bytes")
+            row[int(lkey)] = LayerMemory(
+                weight_bytes=_number(fields["weight_bytes"], at, "weight_bytes"),
+                activation_bytes={
+                    _positive_int(m, f"{at}.activation_bytes"): _number(
+                        v, f"{at}.activation_bytes[{m}]", "bytes"
+                    )
+                    for m, v in acts.items()
+                },
+            )
+        table[tp] = row
+    return table
+
+
+def _peak_table(raw: object, where: str) -> dict[int, dict[int, float]]:
+    return {
+        _positive_int(m, where): {
+            _positive_int(t, f"{where}[{m}]"): _number(v, f"{where}[{m}][{t}]", "bytes")
+            for t, v in _object(by_tp, f"{where}[{m}]", "tp -> bytes").items()
+        }
+        for m, by_tp in _object(raw, where, "microbatch -> tp -> bytes").items()
+    }
+
+
+def _fit(raw: object, where: str) -> BandwidthFit:
+    fields = _object(raw, where, "{coefficients, peak, residual, points}")
+    unknown = set(fields) - {"coefficients", "peak", "residual", "points"}
+    if unknown:
+        raise ProfileError(f"{where}: unknown keys {sorted(unknown)}")
+    coefficients = fields.get("coefficients")
+    if not (
+        isinstance(coefficients, list)
+        and len(coefficients) == 3
+        and all(
+            isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c)
+            for c in coefficients
+        )
+    ):
+        raise ProfileError(
+            f"{where}: coefficients must be [a, b, c] (GB/s = a x^2 + b x + c), "
+            f"got {coefficients!r}"
+        )
+    peak = _number(fields.get("peak"), where, "peak (bytes/s)")
+    if peak <= 0:
+        raise ProfileError(f"{where}: peak must be positive bytes/s")
+    residual = fields.get("residual")
+    points = fields.get("points", [])
+    if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
+        raise ProfileError(f"{where}: points must be a list of [bytes, bytes_per_s]")
+    return BandwidthFit(
+        coefficients=(float(coefficients[0]), float(coefficients[1]), float(coefficients[2])),
+        peak=peak,
+        residual=None if residual is None else _number(residual, where, "residual"),
+        points=tuple((_number(b, where, "bytes"), _number(r, where, "bytes/s")) for b, r in points),
+    )
+
+
+def _network_table(raw: object, where: str) -> Network:
+    table: Network = {}
+    for scope, by_collective in _object(raw, where, "scope -> collective -> fits").items():
+        if scope not in SCOPES:
+            raise ProfileError(f"{where}: scope {scope!r} is not one of {', '.join(SCOPES)}")
+        table[scope] = {}
+        for collective, fits in _object(by_collective, f"{where}.{scope}", "").items():
+            if collective not in COLLECTIVES:
+                raise ProfileError(
+                    f"{where}.{scope}: collective {collective!r} is not one of "
+                    f"{', '.join(COLLECTIVES)}"
+                )
+            at = f"{where}.{scope}.{collective}"
+            table[scope][collective] = {
+                _positive_int(n, at): _fit(fit, f"{at}[{n}]")
+                for n, fit in _object(fits, at, "devices -> fit").items()
+            }
+    return table
+
+
 def parse_profile(
     data: object,
     *,
@@ -160,10 +454,10 @@ def parse_profile(
     with any that the caller passes.
     """
     if isinstance(data, dict) and "format" in data:
-        if data.get("format") != HETC_FORMAT or data.get("version") != HETC_VERSION:
+        if data.get("format") != HETC_FORMAT or data.get("version") not in READABLE_VERSIONS:
             raise ProfileError(
                 f"{source}: format {data.get('format')!r} version {data.get('version')!r} is "
-                f"not {HETC_FORMAT!r} version {HETC_VERSION}"
+                f"not {HETC_FORMAT!r} version {' or '.join(map(str, READABLE_VERSIONS))}"
             )
         for key, kind in (("model", str), ("device", str), ("precision", str), ("seq_len", int)):
             if not isinstance(data.get(key), kind) or isinstance(data.get(key), bool):
@@ -174,13 +468,25 @@ def parse_profile(
         for key, wanted in fields.items():
             if wanted is not None and data[key] != wanted:
                 raise ProfileError(f"{source}: profile is for {key} {data[key]!r}, not {wanted!r}")
+        times = _times_table(data.get("times"), f"{source}: times")
+        architecture = data.get("architecture")
+        if architecture is not None and not isinstance(architecture, dict):
+            raise ProfileError(f"{source}: `architecture` must be an object of the model's shape")
+        meta = data.get("meta", {})
+        if not isinstance(meta, dict):
+            raise ProfileError(f"{source}: `meta` must be an object")
         return LayerProfile(
             model=data["model"],
             device=data["device"],
             precision=data["precision"],
             seq_len=data["seq_len"],
-            times=_times_table(data.get("times"), f"{source}: times"),
+            times=times,
             source=source,
+            architecture=architecture,
+            memory=_memory_table(data.get("memory", {}), times, f"{source}: memory"),
+            peak_bytes=_peak_table(data.get("peak_bytes", {}), f"{source}: peak_bytes"),
+            network=_network_table(data.get("network", {}), f"{source}: network"),
+            meta=meta,
         )
     if model is None or device is None:
         raise ProfileError(
