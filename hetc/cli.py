@@ -310,6 +310,50 @@ def launch(
         raise typer.Exit(code)
 
 
+profile_app = typer.Typer(
+    no_args_is_help=True,
+    help="Measure a device's per-layer times, memory and bandwidths, or import published ones.",
+)
+app.add_typer(profile_app, name="profile")
+
+
+@profile_app.command("import")
+@_guarded
+def profile_import(
+    source: Annotated[
+        Path,
+        typer.Argument(
+            help="A Sailor layer-profiles/MODEL/GPU/profile.json, or the measurements folder."
+        ),
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The profile file (a folder for a whole tree).")
+    ],
+) -> None:
+    """Convert published measurements (Sailor's formats) into hetc profiles."""
+    from hetc.costmodel.published import run_import_command
+
+    code = run_import_command(source, output, echo=typer.echo)
+    if code:
+        raise typer.Exit(code)
+
+
+@profile_app.command("measure")
+@_guarded
+def profile_measure(
+    spec: Annotated[Path, typer.Argument(help="The spec whose model to profile.")],
+    device: Annotated[str, typer.Option("--device", help="The spec's device this machine has.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The profile file to write.")],
+) -> None:
+    """Time and size one layer of the spec's model on this machine's device; measure its
+    collectives; write a profile that specs list under `profiles:`."""
+    from hetc.profiler.command import run_measure_command
+
+    code = run_measure_command(_checked_spec(spec), spec, device, output, echo=typer.echo)
+    if code:
+        raise typer.Exit(code)
+
+
 def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
     """--exact / --approximations as the planner takes them (None: its default)."""
     if exact:
