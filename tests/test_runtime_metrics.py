@@ -38,6 +38,23 @@ def test_live_tensor_bytes_sees_autograd_intermediates() -> None:
     assert tracker.peak >= (32 * 64 + 64 * 64) * 4
 
 
+def test_adopted_storage_counts_from_the_start_and_until_freed() -> None:
+    """Weights and optimizer state made before the mode count, as a GPU allocator's would;
+    views and a second reference are not counted twice."""
+    weights = torch.empty(2000, dtype=torch.float32)
+    alias = weights[:10]
+    with LiveTensorBytes(adopt_live=True) as tracker:
+        assert tracker.current >= 8000
+        before = tracker.current
+        scratch = torch.empty(250, dtype=torch.float64)
+        assert tracker.current == before + 2000 and tracker.peak == before + 2000
+        del weights, alias, scratch
+        gc.collect()
+        assert tracker.current == before - 8000
+    with LiveTensorBytes() as fresh:
+        assert fresh.current == 0
+
+
 def test_clock_sections_and_idle_remainder() -> None:
     clock = IterationClock()
     with clock.section("compute"):

@@ -12,8 +12,10 @@ that storage is freed, and the process's resident set size is reported beside it
 from __future__ import annotations
 
 import contextlib
+import gc
 import resource
 import time
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -47,13 +49,32 @@ class IterationClock:
 
 
 class LiveTensorBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Peak bytes of live tensor storage created under this mode (CPU peak memory)."""
+    """Peak bytes of live tensor storage under this mode (CPU peak memory).
 
-    def __init__(self) -> None:
+    With `adopt_live`, storages that already exist when the mode is entered (weights, their
+    gradients, optimizer state: whatever Python can reach) count from the start, so the peak
+    is the process's whole tensor footprint, comparable with a GPU allocator's
+    `max_memory_allocated` and with the cost model's prediction; without it, only what is
+    created under the mode counts.
+    """
+
+    def __init__(self, *, adopt_live: bool = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.live: dict[int, int] = {}
         self.current = 0
         self.peak = 0
+        self.adopt_live = adopt_live
+
+    def __enter__(self) -> LiveTensorBytes:
+        if self.adopt_live:
+            with warnings.catch_warnings():  # isinstance() on deprecated module attributes
+                warnings.simplefilter("ignore")
+                found = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+            for tensor in found:
+                if tensor.device.type == "cpu" and not tensor.is_meta:
+                    self._track(tensor.untyped_storage())
+        super().__enter__()  # type: ignore[no-untyped-call]
+        return self
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))

@@ -34,8 +34,10 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -416,18 +418,35 @@ class StageTrainer:
         return bool(self.rank_file["tied_embedding"])
 
     def _synchronise(self) -> None:
-        """Data-parallel sums by shard group, in one order on every rank (parameter order,
-        then ascending chunk), then the tied token table."""
+        """Data-parallel sums by shard group, one all-reduce per group: this rank's chunk of
+        every sharded gradient (and, on TP rank 0, which holds chunk 0, the replicated ones)
+        flattened into one buffer, in parameter order, groups in ascending chunk order on
+        every rank. One collective per group rather than per tensor is what the cost model's
+        ring over the stage's gradient bytes assumes: per-tensor calls pay the latency of
+        every small norm and bias. Then replicated gradients are broadcast over TP, and the
+        tied token table is summed."""
         dp_groups = _chunk_groups(self.rank_file["data_parallel"], self.started.groups)
+        per_rank = next(iter(dp_groups.values()))[0] // self.tp_size
+        pieces: dict[int, list[Tensor]] = defaultdict(list)
+        replicated: list[Tensor] = []
         for name, parameter in self.parameters.items():
             if name == TOKEN_TABLE and self._tied():
                 continue
             grad = _grad(parameter)
             spec = self.specs[name]
             if spec.tp_dim is None:
-                self._sum_replicated(grad, dp_groups)
-            else:
-                self._sum_sharded(grad, spec, dp_groups)
+                replicated.append(grad)
+                if self.tp_rank == 0:
+                    pieces[0].append(grad)
+                continue
+            for offset, piece in enumerate(grad.chunk(per_rank, dim=spec.tp_dim)):
+                pieces[self.tp_rank * per_rank + offset].append(piece)
+        for chunk in sorted(pieces):
+            _flat_collective(pieces[chunk], partial(dist.all_reduce, group=dp_groups[chunk][1]))
+        if self.tp_size > 1 and replicated:
+            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
+            source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
+            _flat_collective(replicated, partial(dist.broadcast, src=source, group=self.tp_group))
         if self._tied():
             tied = _chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
             parameter = self.parameters[TOKEN_TABLE]
@@ -445,14 +464,6 @@ class StageTrainer:
             buffer = piece.contiguous()
             dist.all_reduce(buffer, group=groups[chunk][1])
             piece.copy_(buffer)
-
-    def _sum_replicated(self, grad: Tensor, groups: Mapping[int, tuple[int, Any]]) -> None:
-        if self.tp_rank == 0:
-            dist.all_reduce(grad, group=groups[0][1])
-        if self.tp_size > 1:
-            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
-            source = next(r for r in order if self.members[r].tp_rank == 0)
-            dist.broadcast(grad, src=self._torch(source), group=self.tp_group)
 
     def _clip(self) -> None:
         """Clip by the norm of the whole model's gradient, each element counted once: shards
@@ -493,6 +504,16 @@ def _with_data_path(training: Mapping[str, Any], data_dir: Path | None) -> dict[
     return record
 
 
+def _flat_collective(tensors: Sequence[Tensor], collective: Callable[[Tensor], Any]) -> None:
+    """Run `collective` in place on one flat copy of `tensors`, then copy the result back."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    collective(flat)
+    offset = 0
+    for tensor in tensors:
+        tensor.copy_(flat[offset : offset + tensor.numel()].view(tensor.shape))
+        offset += tensor.numel()
+
+
 def _grad(parameter: Tensor) -> Tensor:
     if parameter.grad is None:
         parameter.grad = torch.zeros_like(parameter)
@@ -518,8 +539,9 @@ class StepRecord:
     communication: float
     idle: float
     peak_bytes: int | None
-    """Peak memory of this iteration: the CUDA allocator's, or live tensor storage on CPU
-    (None on CPU iterations not tracked: see CPU_MEMORY_EVERY)."""
+    """Peak memory of this iteration: the CUDA allocator's, or on CPU every live tensor
+    storage, weights and optimizer state included (None on CPU iterations not tracked: see
+    CPU_MEMORY_EVERY)."""
     resident_bytes: int
     """The process's peak resident set size so far (CPU and GPU alike)."""
 
@@ -549,7 +571,8 @@ def train(trainer: StageTrainer, steps: int, *, start_step: int = 0) -> Iterator
     every = int(os.environ.get("HETC_CPU_MEMORY_EVERY", CPU_MEMORY_EVERY))
     for step in range(start_step, start_step + steps):
         measured = step - start_step < 2 or (every > 0 and step % every == 0)
-        tracker = LiveTensorBytes() if not cuda and measured and every > 0 else None
+        tracking = not cuda and measured and every > 0
+        tracker = LiveTensorBytes(adopt_live=True) if tracking else None
         if cuda:
             torch.cuda.reset_peak_memory_stats(trainer.device)
         with contextlib.nullcontext() if tracker is None else tracker:
