@@ -21,6 +21,7 @@ from hetc.costmodel.memory import (
     check_fits,
     embedding_parameters_per_rank,
     head_parameters_per_rank,
+    largest_parameter_per_rank,
     layer_activation_bytes,
     rank_memory,
     stage_activation_bytes,
@@ -186,8 +187,19 @@ def test_weights_gradients_optimizer_by_hand() -> None:
     got = memory(TINY, shape, seq_len=16, dp=4)
     assert got.phase == "backward"
     assert got.weights == 2 * params == 453248
-    assert got.gradients == 2 * params == 453248
+    # plus one accumulating gradient of the largest tensor, the v x h token table (fp16)
+    assert got.gradients == 2 * params + 2 * v * h == 453248 + 128000
     assert got.optimizer == (4 + 2 * 4) / 4 * params == 679872
+
+
+def test_largest_parameter_by_hand() -> None:
+    """The token table at either end, the FFN matrix (h x f / t) in a middle stage."""
+    h, f, v = 64, 256, 1000
+    middle = stage(has_embedding=False, has_head=False, tp=2)
+    assert largest_parameter_per_rank(TINY, middle) == h * f // 2
+    assert largest_parameter_per_rank(TINY, stage(tp=2)) == v * h // 2
+    empty_end = stage(first_block=0, end_block=0, has_head=False)
+    assert largest_parameter_per_rank(TINY, empty_end) == v * h
 
 
 # ---------------------------------------------------------------- activations
@@ -251,23 +263,35 @@ def test_relu_keeps_one_inner_tensor() -> None:
 
 
 def test_stage_activations_by_hand() -> None:
-    """Blocks x in_flight, plus embedding (3 sbh) and head (4 sbh + fp32 logits s*b*V/t)."""
+    """Blocks x in_flight, plus embedding (3 sbh) and head (4 sbh + fp32 logits s*b*V/t),
+    plus once the logits' fp32 gradient (4 s*b*V/t) of the backward in progress."""
     s, b, h, v, t = 64, 2, 64, 1000, 1
     per_layer = layer_activation_bytes(TINY, 0, seq_len=s, microbatch=b, tp=t, precision="fp16")
     sbh = s * b * h
     shape = stage(microbatch=b, in_flight=3)
-    expected = 3 * (2 * per_layer + 3 * sbh + (2 * sbh + 2 * sbh + 4 * s * b * v))
+    expected = 3 * (2 * per_layer + 3 * sbh + (2 * sbh + 2 * sbh + 4 * s * b * v)) + 4 * s * b * v
     got = stage_activation_bytes(TINY, shape, seq_len=s, precision="fp16", checkpointing=False)
     assert got == expected
 
 
+def test_a_stage_before_the_head_keeps_its_output_per_microbatch() -> None:
+    """No head: blocks plus the stage's output e*sbh per in-flight microbatch (what it sends
+    on and must get the gradient of), and no logits gradient."""
+    s, b, h = 64, 2, 64
+    per_layer = layer_activation_bytes(TINY, 0, seq_len=s, microbatch=b, tp=1, precision="fp16")
+    shape = stage(microbatch=b, in_flight=3, has_embedding=False, has_head=False)
+    got = stage_activation_bytes(TINY, shape, seq_len=s, precision="fp16", checkpointing=False)
+    assert got == 3 * (2 * per_layer + 2 * s * b * h)
+
+
 def test_checkpointing_keeps_layer_inputs_plus_one_recompute() -> None:
-    """Full checkpointing: 2*sbh per layer per in-flight microbatch + one recomputed layer."""
+    """Full checkpointing: 2*sbh per layer per in-flight microbatch + one recomputed layer
+    (+ the stage output 2*sbh per in-flight microbatch: no head here)."""
     s, b = 2048, 1
     shape = stage(first_block=0, end_block=4, has_embedding=False, has_head=False, in_flight=3)
     full = layer_activation_bytes(OPT_350, 0, seq_len=s, microbatch=b, tp=1, precision="fp16")
     got = stage_activation_bytes(OPT_350, shape, seq_len=s, precision="fp16", checkpointing=True)
-    assert got == 3 * 4 * 2 * s * b * 1024 + (full - 2 * s * b * 1024)
+    assert got == 3 * 5 * 2 * s * b * 1024 + (full - 2 * s * b * 1024)
 
 
 # ---------------------------------------------------------------- buckets, overhead, phases

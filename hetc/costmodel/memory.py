@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from hetc.catalog import ModelArchitecture
+from hetc.catalog import DeviceType, ModelArchitecture
 
 Phase = Literal["backward", "reduce", "step"]
 TERMS: Final = ("weights", "gradients", "optimizer", "activations", "buckets", "overhead")
@@ -112,6 +112,17 @@ class FrameworkOverhead:
     def __post_init__(self) -> None:
         if self.fixed_bytes < 0 or self.fragmentation < 0:
             raise ValueError("overhead terms must be zero or more")
+
+
+CPU_OVERHEAD: Final = FrameworkOverhead(fixed_bytes=0.0, fragmentation=0.0)
+"""A CPU process has no CUDA context and no caching allocator: what a rank's tensors need is
+what the runtime measures there (every live tensor storage, `hetc.runtime.metrics`). The
+interpreter and libraries (a few hundred MiB of resident memory) are outside the prediction."""
+
+
+def default_overhead(device: DeviceType) -> FrameworkOverhead:
+    """The overhead assumed for `device` when none is given: GPUs the CUDA default, CPUs none."""
+    return CPU_OVERHEAD if device.kind == "cpu" else FrameworkOverhead()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,6 +209,20 @@ def head_parameters_per_rank(arch: ModelArchitecture, tp: int, *, holds_embeddin
     if not arch.tied_embeddings or not holds_embedding:
         n += _shard(arch.vocab, tp) * e
     return n
+
+
+def largest_parameter_per_rank(arch: ModelArchitecture, stage: StageShape) -> int:
+    """Elements of the largest parameter tensor one rank of `stage` holds: the vocab-parallel
+    token table (or output matrix) at either end, else a block's widest FFN matrix.
+
+    Gradient accumulation makes one such gradient twice: the backward of a later microbatch
+    computes a parameter's new gradient whole before adding it into `.grad`. Parameters go
+    one at a time, so the largest is the transient to add at the backward peak (measured on
+    the runtime's first stage: the token table's gradient)."""
+    ends = _shard(arch.vocab, stage.tp) * arch.embedding_width
+    ffn = {"swiglu": 2}.get(arch.mlp, 1) * _shard(arch.resolved_ffn, stage.tp) * arch.hidden
+    widest = ffn if stage.blocks else 0
+    return max(widest, ends) if stage.has_embedding or stage.has_head else widest
 
 
 def stage_parameters_per_rank(arch: ModelArchitecture, stage: StageShape) -> int:
@@ -545,6 +570,26 @@ def head_activation_bytes(
     return float(norm + e * sb * arch.hidden + LOSS_LOGIT_BYTES * sb * _shard(arch.vocab, tp))
 
 
+def head_backward_bytes(
+    arch: ModelArchitecture, *, seq_len: int, microbatch: int, tp: int
+) -> float:
+    """The fp32 gradient of the logits, s*b*vocab/t, that the cross entropy's backward
+    materialises while the saved logits are still alive: the largest transient of a backward
+    (attention's are a few s*s*b*a/t), counted once, since one microbatch runs backward at a
+    time. Measured on the runtime (bench/fidelity.py), leaving it out under-predicted the last
+    stage's peak by about its size."""
+    return float(LOSS_LOGIT_BYTES * seq_len * microbatch * _shard(arch.vocab, tp))
+
+
+def stage_output_bytes(
+    arch: ModelArchitecture, *, seq_len: int, microbatch: int, precision: str
+) -> float:
+    """A non-last stage's output, e*s*b*h: the pipeline schedule keeps it until the gradient
+    of exactly that tensor comes back, but no layer of the stage saves it (its last operation,
+    the residual add, keeps nothing), so the layer counts miss it."""
+    return float(ACTIVATION_BYTES[precision] * seq_len * microbatch * arch.hidden)
+
+
 def stage_activation_bytes(
     arch: ModelArchitecture,
     stage: StageShape,
@@ -576,13 +621,19 @@ def stage_activation_bytes(
         per_microbatch += embedding_activation_bytes(
             arch, seq_len=seq_len, microbatch=b, precision=precision
         )
+    once = 0.0
     if stage.has_head:
         per_microbatch += head_activation_bytes(
             arch, seq_len=seq_len, microbatch=b, tp=t, precision=precision
         )
+        once = head_backward_bytes(arch, seq_len=seq_len, microbatch=b, tp=t)
+    else:
+        per_microbatch += stage_output_bytes(
+            arch, seq_len=seq_len, microbatch=b, precision=precision
+        )
     # The recomputed block's first norm input *is* its stored checkpoint: count it once.
     recompute = max(full) - e * seq_len * b * arch.hidden if checkpointing and full else 0.0
-    return stage.in_flight * per_microbatch + recompute
+    return stage.in_flight * per_microbatch + recompute + once
 
 
 # --------------------------------------------------------------------------------------------
@@ -663,8 +714,10 @@ def rank_memory(
         )
 
     grads = params * layout.gradients.at(dp)
+    whole_gradient = layout.gradients.replicated + layout.gradients.sharded
+    accumulating = largest_parameter_per_rank(arch, stage) * whole_gradient
     moments = (
-        moment("backward", grads, activations, bucket_backward),
+        moment("backward", grads + accumulating, activations, bucket_backward),
         moment("reduce", grads, 0.0, bucket_reduce),
         moment("step", params * layout.step_gradients.at(dp), 0.0, 0.0),
     )
@@ -697,6 +750,7 @@ def check_fits(breakdown: MemoryBreakdown, capacity: float, rank: str) -> str | 
 
 
 __all__ = [
+    "CPU_OVERHEAD",
     "DEEPSPEED_LAYOUT",
     "OPTIMIZER_STATES",
     "FrameworkOverhead",
@@ -707,10 +761,14 @@ __all__ = [
     "block_parameters_per_rank",
     "bytes_per_parameter",
     "check_fits",
+    "default_overhead",
     "embedding_parameters_per_rank",
+    "head_backward_bytes",
     "head_parameters_per_rank",
+    "largest_parameter_per_rank",
     "layer_activation_bytes",
     "rank_memory",
     "stage_activation_bytes",
+    "stage_output_bytes",
     "stage_parameters_per_rank",
 ]

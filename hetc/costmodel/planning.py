@@ -57,6 +57,7 @@ from hetc.costmodel.compute import ComputeModel
 from hetc.costmodel.memory import (
     FrameworkOverhead,
     StageShape,
+    default_overhead,
     stage_parameters_per_rank,
     tied_table_parameters_per_rank,
 )
@@ -267,7 +268,8 @@ class PlanningModel:
         given = self._overhead
         if isinstance(given, FrameworkOverhead):
             return given
-        return dict(given or {}).get(device, FrameworkOverhead())
+        fallback = default_overhead(self.spec.devices[device])
+        return dict(given or {}).get(device, fallback)
 
     def _stage_time(
         self, kind: int, microbatch: int, first: int, end: int

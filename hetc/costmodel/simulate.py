@@ -35,6 +35,7 @@ from hetc.costmodel.memory import (
     MemoryBreakdown,
     StageShape,
     check_fits,
+    default_overhead,
     rank_memory,
     stage_parameters_per_rank,
     tied_table_parameters_per_rank,
@@ -142,20 +143,20 @@ def simulate(
         cost=cost,
         cost_per_million_tokens=cost_per_million_tokens(cost, spec),
         budget=budget_to_train(cost, iteration, spec),
-        ranks=context.ranks(timeline, _overheads(overhead)),
+        ranks=context.ranks(timeline, _overheads(overhead, spec)),
         traffic=traffic,
         timeline=timeline,
     )
 
 
 def _overheads(
-    given: FrameworkOverhead | Mapping[str, FrameworkOverhead] | None,
+    given: FrameworkOverhead | Mapping[str, FrameworkOverhead] | None, spec: Spec
 ) -> Callable[[str], FrameworkOverhead]:
-    """Overhead by device name, from one value, a map, or the default."""
+    """Overhead by device name, from one value, a map, or the device kind's default."""
     if isinstance(given, FrameworkOverhead):
         return lambda _device: given
     table = dict(given or {})
-    return lambda device: table.get(device, FrameworkOverhead())
+    return lambda device: table.get(device) or default_overhead(spec.devices[device])
 
 
 class _Context:

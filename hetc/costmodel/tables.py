@@ -50,8 +50,11 @@ from hetc.costmodel.memory import (
     embedding_activation_bytes,
     embedding_parameters_per_rank,
     head_activation_bytes,
+    head_backward_bytes,
     head_parameters_per_rank,
+    largest_parameter_per_rank,
     layer_activation_bytes,
+    stage_output_bytes,
 )
 
 __all__ = [
@@ -99,6 +102,15 @@ class StageTables:
     """Parameters per rank; the output end counts its own copy of a tied embedding."""
     activations: list[int]
     """Bytes per in-flight microbatch per rank (under checkpointing: each block's input)."""
+    stage_output: int
+    """Bytes of one microbatch's stage output, kept per in-flight microbatch by a stage that
+    does not end with the head (`memory.stage_output_bytes`)."""
+    head_backward: int
+    """The logits' gradient, alive once in the head's backward (`memory.head_backward_bytes`)."""
+    end_gradient: float
+    block_gradient: float
+    """Bytes of the largest parameter's gradient at an end (token table or output matrix) and
+    in a block: computed whole before it is accumulated (`memory.largest_parameter_per_rank`)."""
     tied_copy: int
     """Parameters to subtract when one stage holds the whole model (the tied output matrix is
     then the embedding itself, not a copy)."""
@@ -248,6 +260,10 @@ def build_stage_tables(
         )
 
     backward_rep, backward_sh = sharded("gradients")
+    whole_gradient = layout_row.gradients.replicated + layout_row.gradients.sharded
+    one = dict(tp=tp, microbatch=microbatch, in_flight=1)
+    end_shape = StageShape(first_block=0, end_block=0, has_embedding=True, has_head=True, **one)
+    block_shape = StageShape(first_block=0, end_block=1, has_embedding=False, has_head=False, **one)
     step_rep, step_sh = sharded("step_gradients")
     ipg = layout_row.reduce == "ipg_bucket"
     return StageTables(
@@ -260,6 +276,12 @@ def build_stage_tables(
         update=[0.0, *accumulate(t.update for t in times)],
         parameters=[0, *accumulate(params)],
         activations=[0, *accumulate(acts)],
+        stage_output=int(
+            stage_output_bytes(arch, seq_len=seq_len, microbatch=microbatch, precision=precision)
+        ),
+        head_backward=int(head_backward_bytes(arch, seq_len=seq_len, microbatch=microbatch, tp=tp)),
+        end_gradient=largest_parameter_per_rank(arch, end_shape) * whole_gradient,
+        block_gradient=largest_parameter_per_rank(arch, block_shape) * whole_gradient,
         tied_copy=head_alone - head_with_embedding,
         checkpointing=checkpointing,
         block_input=block_input,
@@ -350,6 +372,7 @@ def peak_memory(t: StageTables, first: int, end: int, dp: int, in_flight: int) -
     if first == 0 and end == t.layers:
         params -= t.tied_copy
     acts = in_flight * (t.activations[end] - t.activations[first])
+    acts += t.head_backward if end == t.layers else in_flight * t.stage_output
     if t.checkpointing and end > first:
         k = (end - first).bit_length() - 1
         row = t.recompute_max[k]
@@ -357,10 +380,13 @@ def peak_memory(t: StageTables, first: int, end: int, dp: int, in_flight: int) -
         widest = a if a > b else b
         if widest:
             acts += widest - t.block_input
+    has_end = first == 0 or end == t.layers
+    has_block = max(first, 1) < min(end, t.layers - 1)
+    accumulating = max(t.end_gradient if has_end else 0.0, t.block_gradient if has_block else 0.0)
     static = params * (t.backward_replicated + t.backward_sharded / dp)
     bucket = t.bucket_backward
     frag, fixed = t.fragmentation, t.fixed_overhead
-    peak = static + acts + bucket + fixed + frag * (acts + bucket)
+    peak = static + accumulating + acts + bucket + fixed + frag * (acts + bucket)
     copy = (params if params < t.reduce_copy_cap else t.reduce_copy_cap) * t.reduce_copy_bytes
     reduce = static + copy + fixed + frag * copy
     step = params * (t.step_replicated + t.step_sharded / dp) + fixed

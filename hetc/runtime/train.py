@@ -285,6 +285,9 @@ class StageTrainer:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def _send_chunks(self, full: Tensor, transfers: Sequence[Mapping[str, int]]) -> None:
+        # Completed sends release their tensors now, not at the end of the iteration: a stage
+        # would otherwise hold every microbatch's boundary tensor at once.
+        self._sends = [(work, piece) for work, piece in self._sends if not work.is_completed()]
         flat = full.detach().float().reshape(-1)
         for t in transfers:
             piece = flat.chunk(t["chunks"])[t["chunk"]].contiguous()
