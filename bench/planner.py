@@ -14,7 +14,13 @@ load, and prints JSON back, so interpreter start is not counted. Reported per sc
 3. robustness: every pool's quota (whole nodes) and price moved by +-10% (seeded, a few
    draws per scenario), reporting the worst search time;
 4. the issue's three qualitative claims, computed from the runs, with the numbers behind
-   each verdict.
+   each verdict;
+5. with Sailor's measured profiles (examples/profiles, made by `hetc profile import`): the
+   search again, and hetc's plan against Sailor's, both simulated with the measured per-layer
+   times where a profile covers the device (the others stay analytical, and the table says
+   which were measured). The scenarios train at fp16 and seq_len 2048, as Sailor measured;
+   a scenario at another setting would be refused, not silently mixed. Only the main search
+   is repeated (no perturbations or checks), so it adds about one search per scenario.
 
 Every search gets a time limit (--time-limit, default 120 s) so the bench always finishes;
 a search that stops there says "(time limit)". A process that outlives the limit by
@@ -23,6 +29,7 @@ Nothing about wall time is asserted: the numbers are printed.
 
 Usage: python bench/planner.py [--scenario NAME ...] [--time-limit S] [--no-perturb]
                                [--perturbations N] [--no-checks]
+                               [--cost-model analytical|profiles|both]
 """
 
 from __future__ import annotations
@@ -46,12 +53,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from sailor_plans import SAILOR_REPORTED, sailor_plan  # noqa: E402
 
-from hetc.costmodel.simulate import Simulation, simulate  # noqa: E402
+from hetc.costmodel.profile import LayerProfile, read_profile  # noqa: E402
+from hetc.costmodel.simulate import Simulation, read_spec_profiles, simulate  # noqa: E402
 from hetc.plan import Plan, Stage  # noqa: E402
 from hetc.schema import check_file  # noqa: E402
 from hetc.schema.spec import Spec  # noqa: E402
 
 SCENARIOS = ROOT / "bench" / "scenarios"
+PROFILES = ROOT / "examples" / "profiles"
+"""Sailor's measurements converted by `hetc profile import` (OPT-350M and GPT-Neo-2.7B on
+A100-40GB and V100-16GB)."""
 
 TARGETS: dict[str, float] = {
     "opt350m-128a100": 0.01,
@@ -85,6 +96,7 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     from hetc.solver.planner import plan_spec
 
     spec = _load(request["spec"])
+    profiles = spec_profiles(spec) if request.get("profiles") else []
     if request.get("pools") is not None:
         spec = _with_pools(spec, request["pools"])
     if request.get("drop_region"):
@@ -93,6 +105,7 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     result = plan_spec(
         spec,
+        profiles=profiles,
         time_limit=request["time_limit"],
         must_use=frozenset(request.get("must_use", ())),
     )
@@ -122,6 +135,21 @@ def _load(path: str) -> Spec:
     if checked.spec is None:
         raise SystemExit(f"{path}: not a valid spec")
     return checked.spec
+
+
+def spec_profiles(spec: Spec) -> list[LayerProfile]:
+    """The shipped profiles of the spec's model on its devices, checked against its precision
+    and sequence length as `hetc plan` checks a spec's `profiles:` (a mismatch raises)."""
+    matching = []
+    devices = {d.casefold() for d in spec.devices}
+    for path in sorted(PROFILES.glob("*.json")):
+        profile = read_profile(path)
+        if (
+            profile.model.casefold() == spec.model_name.casefold()
+            and profile.device.casefold() in devices
+        ):
+            matching.append(str(path))
+    return read_spec_profiles(replace(spec, profiles=tuple(matching)), str(PROFILES))
 
 
 def _with_pools(spec: Spec, pools: list[list[float]]) -> Spec:
@@ -198,7 +226,7 @@ class Run:
 
 
 def search(spec_path: Path, time_limit: float, **options: Any) -> Run:
-    """Plan `spec_path` in a fresh process (options: pools, must_use, drop_region)."""
+    """Plan `spec_path` in a fresh process (options: pools, must_use, drop_region, profiles)."""
     request = {"spec": str(spec_path), "time_limit": time_limit, **options}
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(request)]
     start = time.perf_counter()
@@ -311,10 +339,12 @@ def constraint_problems(spec: Spec, plan: dict[str, Any]) -> list[str]:
     return problems
 
 
-def judge(name: str, spec: Spec, run: Run) -> Verdict:
-    """hetc's plan against Sailor's, both simulated by hetc, on the spec's objective."""
-    built = sailor_plan(name, spec)
-    sailor = describe(built, simulate(built, spec)) if built is not None else None
+def judge(name: str, spec: Spec, run: Run, profiles: list[LayerProfile] | None = None) -> Verdict:
+    """hetc's plan against Sailor's, both simulated by hetc (with `profiles` where given), on
+    the spec's objective."""
+    profiles = profiles or []
+    built = sailor_plan(name, spec, profiles)
+    sailor = describe(built, simulate(built, spec, profiles=profiles)) if built else None
     hetc = run.plan
     if sailor is None:
         return Verdict(name=name, hetc=hetc, sailor=None, ok=None, why="no Sailor plan")
@@ -386,6 +416,54 @@ def perturbed_row(name: str, runs: list[tuple[list[list[float]], Run]]) -> list[
         quotas,
         shape_text(plan) if plan else "none",
     ]
+
+
+def print_with_profiles(
+    runs: dict[str, Run], verdicts: list[Verdict], measured: dict[str, list[str]]
+) -> None:
+    print("\n== With Sailor's measured profiles (examples/profiles): search and plan quality ==")
+    rows = []
+    for v in verdicts:
+        run, report, h, s = runs[v.name], SAILOR_REPORTED.get(v.name), v.hetc, v.sailor
+        rows.append(
+            [
+                ",".join(d.split("-")[0] for d in measured[v.name]) or "none",
+                v.name,
+                run.seconds(),
+                shape_text(h) if h else "none",
+                f"{h['iteration_time']:.4g} / {h['cost']:.4g}" if h else "-",
+                (shape_text(s) + ("" if s["fits"] else " OOM")) if s else "-",
+                f"{s['iteration_time']:.4g} / {s['cost']:.4g}" if s else "-",
+                f"{report.iteration_time:g} / {report.usd_per_iteration:g}" if report else "-",
+                {True: "yes", False: "NO", None: "-"}[v.ok],
+                v.why,
+            ]
+        )
+    table(
+        rows,
+        [
+            "measured",
+            "scenario",
+            "search s",
+            "hetc plan",
+            "hetc s / USD",
+            "Sailor plan",
+            "Sailor plan s / USD",
+            "Sailor predicted",
+            "hetc >= Sailor",
+            "difference (objective)",
+        ],
+    )
+    print(
+        "(measured: the devices whose per-layer times come from a profile; the others are"
+        " analytical. Sailor predicted from these same measurements, with its own pipeline"
+        " formula.)"
+    )
+    print("Stages (blocks, devices) of each plan, hetc's first:")
+    for v in verdicts:
+        for who, plan in (("hetc", v.hetc), ("Sailor", v.sailor)):
+            if plan is not None:
+                print(f"  {v.name:<24} {who:<6} {plan['layout']}")
 
 
 # -- the qualitative checks -------------------------------------------------------------------
@@ -522,6 +600,13 @@ def main() -> None:
     parser.add_argument("--no-perturb", action="store_true", help="skip the +-10%% runs")
     parser.add_argument("--perturbations", type=int, default=4, help="draws per scenario")
     parser.add_argument("--no-checks", action="store_true", help="skip the qualitative checks")
+    parser.add_argument(
+        "--cost-model",
+        choices=("analytical", "profiles", "both"),
+        default="both",
+        help="analytical: the formulas only (with perturbations and checks); profiles: the"
+        " main search again with examples/profiles; both (default)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -534,11 +619,25 @@ def main() -> None:
     )
     specs = {name: _load(str(SCENARIOS / f"{name}.yaml")) for name in names}
     runs = {}
-    for name in names:
-        runs[name] = search(SCENARIOS / f"{name}.yaml", args.time_limit)
-        print(f"  {name}: {runs[name].seconds()} s", flush=True)
-    print_speed(runs)
-    print_quality([judge(name, specs[name], runs[name]) for name in names])
+    if args.cost_model != "profiles":
+        for name in names:
+            runs[name] = search(SCENARIOS / f"{name}.yaml", args.time_limit)
+            print(f"  {name}: {runs[name].seconds()} s", flush=True)
+        print_speed(runs)
+        print_quality([judge(name, specs[name], runs[name]) for name in names])
+    if args.cost_model != "analytical":
+        profiles = {name: spec_profiles(specs[name]) for name in names}
+        profiled = {}
+        for name in names:
+            profiled[name] = search(SCENARIOS / f"{name}.yaml", args.time_limit, profiles=True)
+            print(f"  {name} (profiles): {profiled[name].seconds()} s", flush=True)
+        print_with_profiles(
+            profiled,
+            [judge(name, specs[name], profiled[name], profiles[name]) for name in names],
+            {name: sorted(p.device for p in profiles[name]) for name in names},
+        )
+    if args.cost_model == "profiles":
+        return
     if not args.no_perturb:
         rows = []
         for name in names:

@@ -31,12 +31,13 @@ get None.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
 
 from hetc import __version__
 from hetc.costmodel.planning import Assignment, PlanningModel, Shape
+from hetc.costmodel.profile import LayerProfile
 from hetc.plan import Pipeline, Plan, Stage
 from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import place_replicas
@@ -99,10 +100,13 @@ Layout = tuple[int, tuple[tuple[Group, ...], ...]]
 """(microbatch size, the groups of each stage); every stage's replicas add up to D."""
 
 
-def sailor_plan(scenario_name: str, spec: Spec) -> Plan | None:
+def sailor_plan(
+    scenario_name: str, spec: Spec, profiles: Sequence[LayerProfile] = ()
+) -> Plan | None:
     """Sailor's reported plan for the scenario, built for `spec` (see the module docstring);
-    None when the README reports no Sailor plan for it."""
-    model = PlanningModel(spec)
+    None when the README reports no Sailor plan for it. With `profiles`, the layer split and
+    the choice among readings use the measured times, as hetc's own search then does."""
+    model = PlanningModel(spec, profiles=profiles)
     layouts = _layouts(scenario_name, model)
     if not layouts:
         return None

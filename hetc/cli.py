@@ -31,6 +31,12 @@ app = typer.Typer(
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+ProfileFiles = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--profile", help="A measured profile to use besides the spec's `profiles:` (repeatable)."
+    ),
+]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -140,6 +146,7 @@ def simulate(
     spec: Annotated[Path, typer.Argument(help="The spec the plan was made for.")],
     plan: Annotated[Path, typer.Option("--plan", help="A plan.json to evaluate.")],
     as_json: JsonFlag = False,
+    profile: ProfileFiles = None,
 ) -> None:
     """Predict a plan's iteration time, throughput, memory per rank and cost."""
     from hetc.costmodel.profile import ProfileError
@@ -171,7 +178,12 @@ def simulate(
     if layout.spec_hash != spec_hash(checked.spec):
         typer.echo(f"hetc: warning: {plan} was made for another version of {spec}", err=True)
     try:
-        profiles = read_spec_profiles(checked.spec, str(spec.parent))
+        profiles = read_spec_profiles(
+            checked.spec,
+            str(spec.parent),
+            extra=[str(p) for p in profile or ()],
+            warn=lambda message: typer.echo(f"hetc: warning: {message}", err=True),
+        )
     except ProfileError as exc:
         typer.echo(str(exc))
         raise typer.Exit(EXIT_INVALID) from None
@@ -211,6 +223,7 @@ def plan_command(
     solver: Annotated[
         str, typer.Option("--solver", help="`search` (default) or `cp-sat` (cross-check).")
     ] = "search",
+    profile: ProfileFiles = None,
 ) -> None:
     """Choose the devices to rent and how to parallelise over them; print the best plans."""
     from hetc.solver.report import run_plan_command
@@ -230,6 +243,7 @@ def plan_command(
         eval_limit=eval_limit,
         solver=solver,
         echo=typer.echo,
+        profile_files=[str(p) for p in profile or ()],
     )
     if code:
         raise typer.Exit(code)
@@ -265,6 +279,7 @@ def compile_command(
     cross_check: Annotated[
         bool, typer.Option("--cross-check", help="Also solve the chosen shape with CP-SAT.")
     ] = False,
+    profile: ProfileFiles = None,
 ) -> None:
     """Plan the spec and write plan, topology, DeepSpeed configs, launch scripts and report."""
     from hetc.emit.command import run_compile_command
@@ -281,6 +296,7 @@ def compile_command(
         eval_limit=eval_limit,
         check_with_cp_sat=cross_check,
         echo=typer.echo,
+        profile_files=[str(p) for p in profile or ()],
     )
     if code:
         raise typer.Exit(code)
@@ -344,12 +360,65 @@ def profile_measure(
     spec: Annotated[Path, typer.Argument(help="The spec whose model to profile.")],
     device: Annotated[str, typer.Option("--device", help="The spec's device this machine has.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The profile file to write.")],
+    microbatch: Annotated[
+        str, typer.Option("--microbatch", help="Microbatch sizes to time, comma-separated.")
+    ] = "1,2",
+    tp: Annotated[
+        str | None,
+        typer.Option(
+            "--tp",
+            help="TP degrees, comma-separated (default: the powers of two dividing the node).",
+        ),
+    ] = None,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, help="Untimed iterations before timing.")
+    ] = 3,
+    repeats: Annotated[
+        int, typer.Option("--repeats", min=1, help="Timed iterations; the median is kept.")
+    ] = 10,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads",
+            min=1,
+            help="Threads per rank (default: as the runtime: on CPU $OMP_NUM_THREADS or 1).",
+        ),
+    ] = None,
+    no_network: Annotated[
+        bool, typer.Option("--no-network", help="Skip the collectives' bandwidth sweep.")
+    ] = False,
+    network_devices: Annotated[
+        int | None,
+        typer.Option(
+            "--network-devices", min=1, help="Devices in the collectives (default: a node's)."
+        ),
+    ] = None,
+    sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--sizes", help="Message sizes, e.g. 4KiB,1MiB,64MiB (default 4 KiB..64 MiB)."
+        ),
+    ] = None,
 ) -> None:
     """Time and size one layer of the spec's model on this machine's device; measure its
     collectives; write a profile that specs list under `profiles:`."""
     from hetc.profiler.command import run_measure_command
 
-    code = run_measure_command(_checked_spec(spec), spec, device, output, echo=typer.echo)
+    code = run_measure_command(
+        _checked_spec(spec),
+        spec,
+        device,
+        output,
+        echo=typer.echo,
+        microbatch=microbatch,
+        tp=tp,
+        warmup=warmup,
+        repeats=repeats,
+        threads=threads,
+        network=not no_network,
+        network_devices=network_devices,
+        sizes=sizes,
+    )
     if code:
         raise typer.Exit(code)
 

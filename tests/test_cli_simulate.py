@@ -179,11 +179,16 @@ def test_spec_profile_times_are_used_exactly(tmp_path: Path) -> None:
     assert json.loads(without.stdout)["iteration_time"] != pytest.approx(8.437, rel=1e-3)
 
 
-def test_profile_for_another_setting_is_refused(tmp_path: Path) -> None:
-    """A profile measured at another precision cannot stand in: exit 1 with the reason."""
+def test_profile_for_another_setting_is_refused_or_warned(tmp_path: Path) -> None:
+    """Another sequence length cannot stand in: exit 1 with the reason. Another precision
+    is used as it is, with a warning naming both."""
     spec, plan = _files(tmp_path)
-    _profile(tmp_path, precision="bf16")
+    _profile(tmp_path, seq_len=1024)
     spec.write_text(SPEC + "profiles: [a100.profile.json]\n")
     result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
     assert result.exit_code == 1
-    assert "measured at bf16, seq_len 2048; the spec trains fp16" in result.stdout
+    assert "measured at seq_len 1024; the spec trains seq_len 2048" in result.stdout
+    _profile(tmp_path, precision="bf16")
+    warned = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
+    assert warned.exit_code == 0
+    assert "measured at bf16; the spec trains fp16" in warned.stderr

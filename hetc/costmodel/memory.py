@@ -31,6 +31,7 @@ Pure Python; never imports torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -590,6 +591,16 @@ def stage_output_bytes(
     return float(ACTIVATION_BYTES[precision] * seq_len * microbatch * arch.hidden)
 
 
+RECEIVED_BYTES: Final = 4
+"""hetc's runtime sends and receives stage boundaries in fp32 whatever the precision."""
+
+
+def received_input_bytes(arch: ModelArchitecture, *, seq_len: int, microbatch: int) -> float:
+    """A later stage's input as received, fp32 s*b*h, kept per in-flight microbatch (with
+    measured layer activations, which count outputs, not inputs)."""
+    return float(RECEIVED_BYTES * seq_len * microbatch * arch.hidden)
+
+
 def stage_activation_bytes(
     arch: ModelArchitecture,
     stage: StageShape,
@@ -597,8 +608,16 @@ def stage_activation_bytes(
     seq_len: int,
     precision: str,
     checkpointing: bool,
+    measured: Sequence[float] | None = None,
 ) -> float:
     """Activations alive at the backward peak of `stage`: `in_flight` microbatches' worth.
+
+    `measured`, from a profile, gives the bytes each of the stage's layers (embedding, blocks,
+    head, in order) leaves alive after its forward per microbatch, its output included and
+    its input not (`hetc profile measure`'s convention). It replaces the per-layer formulas
+    and the stage output; the stage's input is added, fp32 as the runtime receives it, on
+    stages after the first; the transients stay (a one-layer profile does not see them).
+    Under checkpointing the formulas are used: a profile measures layers without it.
 
     Without checkpointing every block keeps everything `layer_activation_bytes` lists. With
     full checkpointing (Korthikanti section 5: "only the input to each transformer layer")
@@ -627,6 +646,10 @@ def stage_activation_bytes(
             arch, seq_len=seq_len, microbatch=b, tp=t, precision=precision
         )
         once = head_backward_bytes(arch, seq_len=seq_len, microbatch=b, tp=t)
+    if measured is not None and not checkpointing:
+        per_microbatch = float(sum(measured))
+        if not stage.has_embedding:
+            per_microbatch += received_input_bytes(arch, seq_len=seq_len, microbatch=b)
     else:
         per_microbatch += stage_output_bytes(
             arch, seq_len=seq_len, microbatch=b, precision=precision
@@ -678,6 +701,7 @@ def rank_memory(
     bucket_bytes: float,
     overhead: FrameworkOverhead,
     overlap_comm: bool = False,
+    measured_activations: Sequence[float] | None = None,
 ) -> MemoryBreakdown:
     """Peak memory of one rank of `stage`, each source separately.
 
@@ -698,7 +722,12 @@ def rank_memory(
     weights = params * layout.weights.at(dp)
     opt = params * (layout.master.at(dp) + states * layout.state.at(dp))
     activations = stage_activation_bytes(
-        arch, stage, seq_len=seq_len, precision=precision, checkpointing=checkpointing
+        arch,
+        stage,
+        seq_len=seq_len,
+        precision=precision,
+        checkpointing=checkpointing,
+        measured=measured_activations,
     )
     bucket_backward, bucket_reduce = _buckets(layout, params, bucket_bytes, overlap_comm)
 
@@ -768,6 +797,7 @@ __all__ = [
     "largest_parameter_per_rank",
     "layer_activation_bytes",
     "rank_memory",
+    "received_input_bytes",
     "stage_activation_bytes",
     "stage_output_bytes",
     "stage_parameters_per_rank",

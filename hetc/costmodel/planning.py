@@ -264,6 +264,11 @@ class PlanningModel:
             )
         return self._tables[key]
 
+    @property
+    def profiles(self) -> tuple[LayerProfile, ...]:
+        """The measured profiles this model uses, one per device, by device name."""
+        return tuple(self._profiles[d] for d in sorted(self._profiles))
+
     def _framework_overhead(self, device: str) -> FrameworkOverhead:
         given = self._overhead
         if isinstance(given, FrameworkOverhead):

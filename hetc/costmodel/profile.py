@@ -115,16 +115,19 @@ class BandwidthFit:
 def fit_bandwidth(points: Sequence[tuple[float, float]]) -> BandwidthFit:
     """Least-squares fit of measured (message bytes, bytes/s) to the cost model's form.
 
-    GB/s = a x^2 + b x + c over x = log2(bytes / 1e6), solved from the 3x3 normal equations;
-    `peak` is the fastest measurement, `residual` the relative RMS error of the fit. Needs
-    three distinct message sizes.
+    GB/s = a x^2 + b x + c over x = log2(bytes / 1e6), minimising the *relative* error (each
+    point weighted by 1 / its bandwidth, from the 3x3 normal equations): bandwidth spans two
+    decades over a sweep, and an absolute fit would sacrifice every small message to the large
+    ones (on gloo it predicted negative bandwidth at 4 KiB). `peak` is the fastest
+    measurement, `residual` the relative RMS error of the fit. Needs three distinct sizes.
     """
     if len({b for b, _ in points}) < 3 or any(b <= 0 or r <= 0 for b, r in points):
         raise ValueError("a bandwidth fit needs three distinct positive message sizes and rates")
     xs = [math.log2(b / 1e6) for b, _ in points]
     ys = [r / 1e9 for _, r in points]
-    power = [sum(x**k for x in xs) for k in range(5)]
-    rhs = [sum(y * x**k for x, y in zip(xs, ys, strict=True)) for k in range(3)]
+    weights = [1.0 / (y * y) for y in ys]
+    power = [sum(w * x**k for x, w in zip(xs, weights, strict=True)) for k in range(5)]
+    rhs = [sum(w * y * x**k for x, y, w in zip(xs, ys, weights, strict=True)) for k in range(3)]
     matrix = [[power[4 - i - j] for j in range(3)] + [rhs[2 - i]] for i in range(3)]
     for col in range(3):
         pivot = max(range(col, 3), key=lambda r: abs(matrix[r][col]))

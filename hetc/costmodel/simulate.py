@@ -41,12 +41,15 @@ from hetc.costmodel.memory import (
     tied_table_parameters_per_rank,
 )
 from hetc.costmodel.network import (
+    FLAT,
+    INTRA_NODE_LATENCY,
+    MessageSizeCurve,
     intra_node_link,
     link_between,
     ring_all_reduce_time,
     send_time,
 )
-from hetc.costmodel.profile import LayerProfile, ProfileError, read_profile
+from hetc.costmodel.profile import BandwidthFit, LayerProfile, ProfileError, read_profile
 from hetc.costmodel.schedule import (
     PipelineTimes,
     Timeline,
@@ -202,18 +205,45 @@ class _Context:
             sum(p.update for p in parts),
         )
 
+    def measured_activations(self, stage: int, replica: Replica) -> list[float] | None:
+        """The profile's activation bytes of every layer of the stage, or None when the
+        device has no profile or it lacks one of them at this (microbatch, TP)."""
+        profile = self.profiles.get(replica.device)
+        if profile is None:
+            return None
+        mbs = self.plan.microbatch_size
+        found = [profile.activation_bytes(mbs, replica.tp, i) for i in self.layer_indices(stage)]
+        return None if any(v is None for v in found) else [float(v or 0.0) for v in found]
+
     def replica(self, stage: int, index: int) -> Replica:
         return self.plan.stages[stage].replicas[index]
 
     def link(self, a: Replica, b: Replica) -> tuple[LinkClass, float]:
-        """The link between two replicas' nodes and the NIC rate that bounds it."""
+        """The link between two replicas' nodes and the NIC rate that bounds it; inside a
+        node whose device has a measured point-to-point fit, the measured peak."""
         node_a, node_b = self.nodes[a.node], self.nodes[b.node]
         if node_a.id == node_b.id:
+            fit = self.measured(a, "p2p", 2)
+            if fit is not None:
+                return LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY), math.inf
             return intra_node_link(self.device(a)), math.inf
         nic = min(self.nic[node_a.zone, node_a.pool], self.nic[node_b.zone, node_b.pool])
         return link_between(
             self.spec.network, self.zones[node_a.zone], self.zones[node_b.zone]
         ), nic
+
+    def measured(self, replica: Replica, collective: str, devices: int) -> BandwidthFit | None:
+        """The device profile's intra-node fit for `collective` over `devices`, if measured."""
+        profile = self.profiles.get(replica.device)
+        return None if profile is None else profile.bandwidth("intra_node", collective, devices)
+
+    def curve(self, replicas: Sequence[Replica], collective: str) -> MessageSizeCurve:
+        """The measured message-size curve when every replica shares one node with a
+        profiled device; else flat (the spec's links state no curve)."""
+        if len({r.node for r in replicas}) != 1:
+            return FLAT
+        fit = self.measured(replicas[0], collective, max(2, len(replicas)))
+        return FLAT if fit is None else fit.curve()
 
     def activation_bytes(self) -> float:
         """One microbatch's hidden states at a stage boundary (sent once, not per TP rank)."""
@@ -228,7 +258,14 @@ class _Context:
         sends = []
         for a, b in itertools.pairwise(replicas):
             link, nic = self.link(a, b)
-            sends.append(send_time(self.activation_bytes(), link, nic_bandwidth=nic))
+            sends.append(
+                send_time(
+                    self.activation_bytes(),
+                    link,
+                    nic_bandwidth=nic,
+                    curve=self.curve((a, b), "p2p"),
+                )
+            )
         return PipelineTimes(
             forward=tuple(t.forward for t in times),
             backward=tuple(t.backward for t in times),
@@ -268,12 +305,17 @@ class _Context:
         seconds = 0.0
         if len(replicas) > 1:
             hops, nic = self.ring(replicas)
+            if len({r.node for r in replicas}) == 1:
+                fit = self.measured(replicas[0], "all_reduce", len(replicas))
+                if fit is not None:
+                    hops = (LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY),)
             seconds += ring_all_reduce_time(
                 self.gradient_bytes(stage),
                 len(replicas),
                 hops,
                 flows_on_nic=max(r.tp for r in replicas),
                 nic_bandwidth=nic,
+                curve=self.curve(replicas, "all_reduce"),
             )
         return seconds + self.tied_embedding_time(stage)
 
@@ -368,6 +410,7 @@ class _Context:
                     checkpointing=self.spec.training.activation_checkpointing,
                     bucket_bytes=reduce_bucket_elements(self.arch.parameter_count()),
                     overhead=overhead(replica.device),
+                    measured_activations=self.measured_activations(i, replica),
                 )
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
                 capacity = self.device(replica).memory
@@ -419,28 +462,70 @@ def plan_spec_problems(plan: Plan, spec: Spec) -> list[str]:
     return problems
 
 
-def read_spec_profiles(spec: Spec, spec_dir: str) -> list[LayerProfile]:
-    """The spec's `profiles:` files (hetc's format, paths relative to the spec), each checked
-    against what the spec trains; raises `ProfileError` naming the file and the mismatch."""
+def read_spec_profiles(
+    spec: Spec,
+    spec_dir: str,
+    *,
+    extra: Sequence[str] = (),
+    warn: Callable[[str], None] = lambda _message: None,
+) -> list[LayerProfile]:
+    """The spec's `profiles:` files (paths relative to the spec) and `extra` ones (paths as
+    given, e.g. `hetc compile --profile`), each checked against what the spec trains.
+
+    Refused with a `ProfileError` naming the file and the mismatch: another model (name, the
+    recorded architecture, or the number of layers), another sequence length, two profiles
+    for one device. Warned about and still used: another precision (the times are then an
+    approximation, so the user should know). Warned about and skipped: a device no pool of
+    the spec rents.
+    """
     found: dict[str, LayerProfile] = {}
-    for name in spec.profiles:
-        profile = read_profile(os.path.join(spec_dir, name))
+    names = [os.path.join(spec_dir, name) for name in spec.profiles] + list(extra)
+    for path in names:
+        profile = read_profile(path)
         where = profile.source
-        if profile.model.casefold() != spec.model_name.casefold():
-            raise ProfileError(
-                f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}"
-            )
         device = next((d for d in spec.devices if d.casefold() == profile.device.casefold()), None)
         if device is None:
-            raise ProfileError(f"{where}: device {profile.device!r} is in no pool of the spec")
-        if (profile.precision, profile.seq_len) != (spec.training.precision, spec.training.seq_len):
+            warn(f"{where}: profiles {profile.device!r}, which no pool of the spec rents: ignored")
+            continue
+        _check_profile_model(profile, spec)
+        if profile.seq_len != spec.training.seq_len:
             raise ProfileError(
-                f"{where}: measured at {profile.precision}, seq_len {profile.seq_len}; the"
-                f" spec trains {spec.training.precision}, seq_len {spec.training.seq_len}"
+                f"{where}: measured at seq_len {profile.seq_len}; the spec trains seq_len"
+                f" {spec.training.seq_len} (profile that length)"
+            )
+        if profile.precision != spec.training.precision:
+            warn(
+                f"{where}: measured at {profile.precision}; the spec trains"
+                f" {spec.training.precision}: its times are used for {device} as they are"
             )
         if device in found:
             raise ProfileError(
                 f"{where}: a second profile for {device} (first: {found[device].source})"
             )
-        found[device] = replace(profile, device=device)
+        found[device] = replace(profile, device=device, precision=spec.training.precision)
     return list(found.values())
+
+
+def _check_profile_model(profile: LayerProfile, spec: Spec) -> None:
+    """Refuse a profile of another model: its layers are not the ones the spec trains."""
+    where = profile.source
+    if profile.model.casefold() != spec.model_name.casefold():
+        raise ProfileError(
+            f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}"
+        )
+    for key, value in (profile.architecture or {}).items():
+        mine = getattr(spec.model, key, None)
+        if isinstance(mine, tuple):
+            mine = list(mine)
+        if mine is not None and mine != value:
+            raise ProfileError(
+                f"{where}: profiled a model with {key} {value!r}; the spec's has {mine!r}"
+                " (profile the spec's model)"
+            )
+    layers = profile.layer_indices()
+    wanted = list(range(spec.model.layers + 2))
+    if layers != wanted:
+        raise ProfileError(
+            f"{where}: times layers {layers[0]}..{layers[-1]} ({len(layers)}); the spec's model"
+            f" has {len(wanted)} (embedding, {spec.model.layers} blocks, output end)"
+        )

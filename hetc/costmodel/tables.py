@@ -54,6 +54,7 @@ from hetc.costmodel.memory import (
     head_parameters_per_rank,
     largest_parameter_per_rank,
     layer_activation_bytes,
+    received_input_bytes,
     stage_output_bytes,
 )
 
@@ -104,7 +105,11 @@ class StageTables:
     """Bytes per in-flight microbatch per rank (under checkpointing: each block's input)."""
     stage_output: int
     """Bytes of one microbatch's stage output, kept per in-flight microbatch by a stage that
-    does not end with the head (`memory.stage_output_bytes`)."""
+    does not end with the head (`memory.stage_output_bytes`); 0 with measured activations,
+    which count each layer's output."""
+    stage_input: int
+    """With measured activations (which do not count inputs), the input a stage after the
+    first keeps per in-flight microbatch (`memory.received_input_bytes`); else 0."""
     head_backward: int
     """The logits' gradient, alive once in the head's backward (`memory.head_backward_bytes`)."""
     end_gradient: float
@@ -246,6 +251,17 @@ def build_stage_tables(
     )
     stored = [block_input] * arch.layers if checkpointing else full
     acts = [ends[0], *stored, ends[1]]
+    output = int(
+        stage_output_bytes(arch, seq_len=seq_len, microbatch=microbatch, precision=precision)
+    )
+    received = 0
+    profile = compute.profile
+    if profile is not None and not checkpointing:
+        measured = [profile.activation_bytes(microbatch, tp, i) for i in range(n)]
+        if all(v is not None for v in measured):
+            acts = [int(v or 0) for v in measured]
+            output = 0
+            received = int(received_input_bytes(arch, seq_len=seq_len, microbatch=microbatch))
 
     def sharded(per: str) -> tuple[float, float]:
         w, g, m, s = (
@@ -276,9 +292,8 @@ def build_stage_tables(
         update=[0.0, *accumulate(t.update for t in times)],
         parameters=[0, *accumulate(params)],
         activations=[0, *accumulate(acts)],
-        stage_output=int(
-            stage_output_bytes(arch, seq_len=seq_len, microbatch=microbatch, precision=precision)
-        ),
+        stage_output=output,
+        stage_input=received,
         head_backward=int(head_backward_bytes(arch, seq_len=seq_len, microbatch=microbatch, tp=tp)),
         end_gradient=largest_parameter_per_rank(arch, end_shape) * whole_gradient,
         block_gradient=largest_parameter_per_rank(arch, block_shape) * whole_gradient,
@@ -373,6 +388,8 @@ def peak_memory(t: StageTables, first: int, end: int, dp: int, in_flight: int) -
         params -= t.tied_copy
     acts = in_flight * (t.activations[end] - t.activations[first])
     acts += t.head_backward if end == t.layers else in_flight * t.stage_output
+    if first > 0:
+        acts += in_flight * t.stage_input
     if t.checkpointing and end > first:
         k = (end - first).bit_length() - 1
         row = t.recompute_max[k]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from hetc.emit.compile import compile_output
@@ -22,6 +23,7 @@ def run_compile_command(
     eval_limit: int | None,
     check_with_cp_sat: bool,
     echo: Echo,
+    profile_files: Sequence[str] = (),
 ) -> int:
     """Plan, compile and write; returns the exit code (0 compiled, 1 bad input, 2 bad option,
     3 infeasible). An unwritable or foreign output raises EnvironmentProblem (exit 4)."""
@@ -34,6 +36,7 @@ def run_compile_command(
         time_limit=time_limit,
         eval_limit=eval_limit,
         echo=echo,
+        profile_files=profile_files,
     )
     if isinstance(planned, int):
         return planned

@@ -19,6 +19,7 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -192,9 +193,20 @@ def _search_facts(spec: Spec, result: PlanningResult) -> list[tuple[str, str]]:
         if used
         else "none (exact search)"
     )
+    measured = "; ".join(
+        f"{p.device} from {Path(p.source).name}"
+        + (f" ({p.meta['origin']})" if "origin" in p.meta else "")
+        for p in result.model.profiles
+    )
     return [
         ("Objective", goal),
         ("Constraints", "; ".join(constraints) if constraints else "none given"),
+        (
+            "Cost model",
+            f"measured profiles: {measured}; the analytical model for other devices"
+            if measured
+            else "analytical (no measured profile)",
+        ),
         ("Search", scored),
         ("Approximations", approximations),
         ("Proven best", _proven(result)),

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hetc.costmodel.profile import ProfileError
@@ -170,14 +170,22 @@ def planned_or_diagnosed(
     time_limit: float | None,
     eval_limit: int | None,
     echo: Echo,
+    profile_files: Sequence[str] = (),
 ) -> tuple[PlanningResult, dict[str, Any]] | int:
     """Plan the spec: the result and the planner options it used, or the exit code after
     printing why there is no plan (1 bad profile, 2 bad option, 3 infeasible with diagnosis)."""
     try:
-        profiles = read_spec_profiles(spec, spec_dir)
+        profiles = read_spec_profiles(
+            spec,
+            spec_dir,
+            extra=profile_files,
+            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
+        )
     except ProfileError as exc:
         echo(str(exc))
         return 1
+    for profile in profiles:
+        echo(f"hetc: {profile.device}: measured profile {profile.source}", err=True)
     progress = ProgressLine(echo) if sys.stderr.isatty() and not as_json else None
     options: dict[str, Any] = {"profiles": profiles, "approximations": approximations}
     try:
@@ -235,6 +243,7 @@ def run_plan_command(
     eval_limit: int | None,
     solver: str,
     echo: Echo,
+    profile_files: Sequence[str] = (),
 ) -> int:
     """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input, 3 infeasible)."""
     planned = planned_or_diagnosed(
@@ -246,6 +255,7 @@ def run_plan_command(
         time_limit=time_limit,
         eval_limit=eval_limit,
         echo=echo,
+        profile_files=profile_files,
     )
     if isinstance(planned, int):
         return planned

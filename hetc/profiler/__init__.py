@@ -1,0 +1,10 @@
+"""`hetc profile measure`: the runtime's own layers and collectives, timed and sized on one node.
+
+The cost model predicts what `hetc.runtime` will do, so the profiler measures `hetc.runtime`,
+never a stand-in: `layers` runs the runtime's modules, precision, optimizer and loss through
+the calls `StageTrainer.train_step` makes; `collectives` times the process-group operations the
+runtime's reductions use; `worker` is one rank of a tensor-parallel or network group;
+`command` validates the request, runs the groups and writes the profile
+(`hetc.costmodel.profile`, version 2). Only `hetc.cli` imports this package, lazily: it
+imports torch.
+"""

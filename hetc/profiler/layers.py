@@ -1,0 +1,356 @@
+"""The runtime's layers, timed and sized on one TP rank.
+
+The three layer kinds - the embedding, one transformer block, the output end (final norm,
+LM head and loss) - are built as one-layer pipeline stages exactly as `StageTrainer` builds a
+stage: `StageModule` from `training.json`'s model, with the spec's dropout and activation
+checkpointing, its TP group, and `make_optimizer` from the DeepSpeed config the compiler
+writes. An iteration is `train_step`'s for one microbatch through a three-stage pipeline:
+each forward under the runtime's autocast (fp32 masters, bf16/fp16 compute), the last stage's
+loss scaled by `loss scale / tokens per global batch` and backpropagated alone, each earlier
+stage given its successor's input gradient (`torch.autograd.backward([out], [grad])`), then
+each stage's optimizer step. The blocks of the runtime's GPT are identical, so one block
+stands for all of them.
+
+Memory, per layer and microbatch size (see `measure`): activation bytes are the bytes created
+by the layer's forward that are still alive when it returns, with the caller holding the
+output, as `train_step` holds it until the backward. That counts the tensors autograd saved,
+the output itself (the next layer's input), and under autocast the low-precision weight
+copies the matmuls saved (made anew by every microbatch's forward). It does not count the
+layer's input (the previous layer's output, or a stage's received or loaded input), the
+parameters, gradients or optimizer state. So a stage keeps, per microbatch in flight, its
+input plus the sum of its layers' activation bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+from hetc.profiler.clock import Stopwatch
+from hetc.runtime.metrics import LiveTensorBytes
+from hetc.runtime.model import DropoutKey, ModelConfig, StageModule
+from hetc.runtime.tensor_parallel import Group
+from hetc.runtime.train import AUTOCAST, LossScaler, make_optimizer
+
+KINDS = ("embedding", "block", "output end")
+"""The layer kinds in model order: profile index 0, every index 1..L, index L + 1."""
+EMBEDDING, BLOCK, OUTPUT = range(3)
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+MEMORY_ITERATIONS = 3
+"""Iterations sized after the timed ones. Gloo releases a collective's tensors from its own
+thread, now and then a moment after the call has returned, so a reading can count bytes that
+are not kept for the backward: each CPU reading in a TP group waits `SETTLE_S` first, and the
+activations are the least over these iterations (the peak the most)."""
+SETTLE_S = 0.01
+
+Times = tuple[float, float, float]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LayerTask:
+    """What one rank measures; JSON-able, so a spawned rank reads the same request."""
+
+    training: dict[str, Any]
+    """`hetc.emit.compile.training_record` of the spec: what the runtime reads."""
+    deepspeed: dict[str, Any]
+    """`hetc.emit.deepspeed.deepspeed_config` of the spec: the optimizer and loss scaling."""
+    microbatches: tuple[int, ...]
+    warmup: int
+    repeats: int
+    cuda: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "training": self.training,
+            "deepspeed": self.deepspeed,
+            "microbatches": list(self.microbatches),
+            "warmup": self.warmup,
+            "repeats": self.repeats,
+            "cuda": self.cuda,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LayerTask:
+        return cls(
+            training=dict(data["training"]),
+            deepspeed=dict(data["deepspeed"]),
+            microbatches=tuple(data["microbatches"]),
+            warmup=data["warmup"],
+            repeats=data["repeats"],
+            cuda=data["cuda"],
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankMeasurement:
+    """One TP rank's numbers, each list indexed by layer kind (`KINDS`)."""
+
+    times: dict[int, list[Times]]
+    """Microbatch size -> median (forward_s, backward_s, update_s) per kind."""
+    weight_bytes: list[int]
+    """This rank's parameters of each kind, at the profile's precision."""
+    activation_bytes: dict[int, list[int]]
+    """Microbatch size -> bytes each kind keeps from its forward for its backward."""
+    peak_bytes: dict[int, int]
+    """Microbatch size -> the peak of one iteration of all three kinds."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "times": {str(m): [list(t) for t in v] for m, v in self.times.items()},
+            "weight_bytes": self.weight_bytes,
+            "activation_bytes": {str(m): v for m, v in self.activation_bytes.items()},
+            "peak_bytes": {str(m): v for m, v in self.peak_bytes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RankMeasurement:
+        return cls(
+            times={int(m): [(t[0], t[1], t[2]) for t in v] for m, v in data["times"].items()},
+            weight_bytes=list(data["weight_bytes"]),
+            activation_bytes={int(m): list(v) for m, v in data["activation_bytes"].items()},
+            peak_bytes={int(m): v for m, v in data["peak_bytes"].items()},
+        )
+
+
+class _Probe(Protocol):
+    def section(self, kind: int, phase: str) -> contextlib.AbstractContextManager[Any]: ...
+
+
+class _Untimed:
+    """Warm-up: allocator pools, kernel choices and the optimizer's state settle here."""
+
+    def section(self, kind: int, phase: str) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+
+class _Timed:
+    def __init__(self, cuda: bool) -> None:
+        self.watch = Stopwatch(cuda)
+
+    def section(self, kind: int, phase: str) -> contextlib.AbstractContextManager[Any]:
+        return self.watch.section((kind, phase))
+
+
+class _Kept:
+    """Bytes still allocated after each forward that were not before it."""
+
+    def __init__(self, allocated: Callable[[], int]) -> None:
+        self.allocated = allocated
+        self.kept = [0] * len(KINDS)
+
+    @contextlib.contextmanager
+    def section(self, kind: int, phase: str) -> Iterator[None]:
+        before = self.allocated()
+        yield
+        if phase == "forward":
+            self.kept[kind] = self.allocated() - before
+
+
+class _Layers:
+    """The three kinds as one-layer stages of this TP rank, with their optimizers."""
+
+    def __init__(
+        self, task: LayerTask, group: Group, tp_size: int, tp_rank: int, device: torch.device
+    ) -> None:
+        training = task.training
+        config = ModelConfig.from_dict(training["model"])
+        tail = ["final-norm", "head"] + (["token-table-copy"] if config.tied_embeddings else [])
+        cuts: list[tuple[int, int, list[str]]] = [
+            (0, 0, ["embedding"]),
+            (0, 1, []),
+            (config.layers, config.layers, tail),
+        ]
+        self.modules = [
+            StageModule(
+                config,
+                first,
+                end,
+                holds,
+                group,
+                tp_size,
+                tp_rank,
+                training["seed"],
+                dropout=training.get("dropout", 0.0),
+                checkpoint_activations=training["activation_checkpointing"],
+            ).to(device)
+            for first, end, holds in cuts
+        ]
+        self.optimizers = [
+            make_optimizer(list(m.parameters()), task.deepspeed, training) for m in self.modules
+        ]
+        fp16 = task.deepspeed.get("fp16")
+        self.scale = LossScaler.from_config(fp16).scale if fp16 and fp16.get("enabled") else 1.0
+        self.tokens = training["global_batch_size"] * training["seq_len"]
+        self.dtype = AUTOCAST.get(training["precision"])
+        self.seed, self.seq, self.vocab = training["seed"], training["seq_len"], config.vocab
+        self.device = device
+        self.grouped = group is not None
+
+    def parameters(self, kind: int) -> list[Tensor]:
+        return list(self.modules[kind].parameters())
+
+    def clear_gradients(self) -> None:
+        for module in self.modules:
+            for parameter in module.parameters():
+                parameter.grad = None
+
+    def held_bytes(self) -> int:
+        """Parameters, gradients and optimizer state: what exists before an iteration starts."""
+        storages: dict[int, int] = {}
+        tensors: list[Tensor] = []
+        for kind, optimizer in enumerate(self.optimizers):
+            for parameter in self.parameters(kind):
+                tensors += [parameter] if parameter.grad is None else [parameter, parameter.grad]
+            for state in optimizer.state.values():
+                tensors += [v for v in state.values() if isinstance(v, Tensor)]
+        for tensor in tensors:
+            storage = tensor.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
+
+    def _forward(
+        self, kind: int, x: Tensor, targets: Tensor | None, noise: DropoutKey | None
+    ) -> Tensor:
+        """`StageTrainer._forward`: the module under the runtime's autocast."""
+        autocast: contextlib.AbstractContextManager[Any] = (
+            contextlib.nullcontext()
+            if self.dtype is None
+            else torch.autocast(self.device.type, dtype=self.dtype)
+        )
+        with autocast:
+            out: Tensor = self.modules[kind](x, targets=targets, noise=noise)
+        return out
+
+    def step(self, micro: int, step: int, probe: _Probe) -> None:
+        """One iteration of one microbatch (see the module docstring)."""
+        self.clear_gradients()
+        generator = torch.Generator().manual_seed(self.seed + step)
+        ids, targets = (
+            torch.randint(self.vocab, (micro, self.seq), generator=generator).to(self.device)
+            for _ in range(2)
+        )
+        noise = None
+        if self.modules[BLOCK].dropout > 0:
+            noise = DropoutKey(self.seed, step, tuple(range(micro)))
+        with probe.section(EMBEDDING, "forward"):
+            embedded = self._forward(EMBEDDING, ids, None, noise)
+        block_in = embedded.detach().requires_grad_()
+        with probe.section(BLOCK, "forward"):
+            hidden = self._forward(BLOCK, block_in, None, noise)
+        head_in = hidden.detach().requires_grad_()
+        with probe.section(OUTPUT, "forward"):
+            loss = self._forward(OUTPUT, head_in, targets, noise)
+            scaled = loss.float() * (self.scale / self.tokens)
+        with probe.section(OUTPUT, "backward"):
+            torch.autograd.backward([scaled])
+        with probe.section(BLOCK, "backward"):
+            torch.autograd.backward([hidden], [_grad(head_in).to(hidden.dtype)])
+        with probe.section(EMBEDDING, "backward"):
+            torch.autograd.backward([embedded], [_grad(block_in).to(embedded.dtype)])
+        for kind, optimizer in enumerate(self.optimizers):
+            with probe.section(kind, "update"):
+                optimizer.step()
+
+
+def _grad(tensor: Tensor) -> Tensor:
+    assert tensor.grad is not None, "the backward did not reach the layer's input"
+    return tensor.grad
+
+
+def _times(layers: _Layers, task: LayerTask, micro: int) -> list[Times]:
+    for step in range(task.warmup):
+        layers.step(micro, step, _Untimed())
+    timed = _Timed(task.cuda)
+    for step in range(task.warmup, task.warmup + task.repeats):
+        layers.step(micro, step, timed)
+    median = timed.watch.medians()
+    times = [
+        (median[(k, "forward")], median[(k, "backward")], median[(k, "update")])
+        for k in range(len(KINDS))
+    ]
+    if task.training["activation_checkpointing"]:
+        # The block's backward recomputed its forward; the cost model adds the forward to a
+        # checkpointed backward itself, so the profile keeps the backward proper.
+        forward, backward, update = times[BLOCK]
+        times[BLOCK] = (forward, max(0.0, backward - forward), update)
+    return times
+
+
+def _memory(layers: _Layers, micro: int, step: int) -> tuple[list[int], int]:
+    """Activation bytes per kind, and the iteration's peak, from one more iteration."""
+    layers.clear_gradients()
+    if layers.device.type == "cuda":
+        torch.cuda.synchronize(layers.device)
+        torch.cuda.reset_peak_memory_stats(layers.device)
+        kept = _Kept(lambda: torch.cuda.memory_allocated(layers.device))
+        layers.step(micro, step, kept)
+        return kept.kept, torch.cuda.max_memory_allocated(layers.device)
+    # Adopting what is live already keeps views of the weights (a transpose inside a linear
+    # layer) from counting as new storage; the peak is then taken above that starting point,
+    # plus this iteration's own held state, so nothing else in the process is counted.
+    held = layers.held_bytes()
+    with LiveTensorBytes(adopt_live=True) as tracker:
+        start = tracker.current
+
+        def settled() -> int:
+            if layers.grouped:
+                time.sleep(SETTLE_S)
+            return tracker.current
+
+        kept = _Kept(settled)
+        layers.step(micro, step, kept)
+    return kept.kept, held + tracker.peak - start
+
+
+def measure(
+    task: LayerTask, group: Group, tp_size: int, tp_rank: int, device: torch.device
+) -> RankMeasurement:
+    """Times, then memory, of every microbatch size on this rank; every rank of `group`
+    must call it with the same task (the layers' TP collectives pair them up)."""
+    layers = _Layers(task, group, tp_size, tp_rank, device)
+    element = ELEMENT_BYTES[task.training["precision"]]
+    weights = [sum(p.numel() for p in layers.parameters(k)) * element for k in range(len(KINDS))]
+    times: dict[int, list[Times]] = {}
+    kept: dict[int, list[int]] = {}
+    peaks: dict[int, int] = {}
+    for micro in task.microbatches:
+        times[micro] = _times(layers, task, micro)
+        first = task.warmup + task.repeats
+        runs = [_memory(layers, micro, step) for step in range(first, first + MEMORY_ITERATIONS)]
+        kept[micro] = [min(run[0][k] for run in runs) for k in range(len(KINDS))]
+        peaks[micro] = max(run[1] for run in runs)
+    return RankMeasurement(
+        times=times, weight_bytes=weights, activation_bytes=kept, peak_bytes=peaks
+    )
+
+
+def slowest(ranks: Sequence[RankMeasurement]) -> RankMeasurement:
+    """Every number as the largest over the TP group's ranks: the group moves at the pace,
+    and must fit the memory, of its slowest and fullest rank."""
+    first = ranks[0]
+    return RankMeasurement(
+        times={
+            m: [
+                (
+                    max(r.times[m][k][0] for r in ranks),
+                    max(r.times[m][k][1] for r in ranks),
+                    max(r.times[m][k][2] for r in ranks),
+                )
+                for k in range(len(KINDS))
+            ]
+            for m in first.times
+        },
+        weight_bytes=[max(r.weight_bytes[k] for r in ranks) for k in range(len(KINDS))],
+        activation_bytes={
+            m: [max(r.activation_bytes[m][k] for r in ranks) for k in range(len(KINDS))]
+            for m in first.activation_bytes
+        },
+        peak_bytes={m: max(r.peak_bytes[m] for r in ranks) for m in first.peak_bytes},
+    )

@@ -1,0 +1,282 @@
+"""How a measured profile reaches the cost model and the planner: what is refused, warned
+about and used, measured memory and bandwidth in the simulator, and a slow profile's effect."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hetc.cli import app
+from hetc.costmodel.compute import ComputeModel
+from hetc.costmodel.memory import CPU_OVERHEAD, received_input_bytes
+from hetc.costmodel.network import INTRA_NODE_LATENCY
+from hetc.costmodel.profile import (
+    BandwidthFit,
+    LayerMemory,
+    LayerProfile,
+    ProfileError,
+    fit_bandwidth,
+    write_profile,
+)
+from hetc.costmodel.simulate import read_spec_profiles, simulate
+from hetc.costmodel.tables import build_stage_tables, peak_memory
+from hetc.plan import Node, Pipeline, Plan, Replica, Stage
+from hetc.schema import check_file
+from hetc.solver.planner import plan_spec
+
+runner = CliRunner()
+ARCH = {"layers": 2, "hidden": 64, "heads": 4, "ffn": 256, "vocab": 512, "max_positions": 64}
+SPEC = """\
+version: 1
+name: profiled
+model:
+  architecture: {layers: 2, hidden: 64, heads: 4, ffn: 256, vocab: 512, max_positions: 64}
+training: {global_batch_size: 8, seq_len: 32, precision: fp32, zero_stage: 0}
+devices:
+  - {name: CPU-A, kind: cpu, memory: 4GiB, peak_tflops: {fp32: 0.05},
+     memory_bandwidth: 10GB/s, intra_node: {kind: shared-memory, bandwidth: 5GB/s},
+     price: 1 USD/h}
+zones:
+  - name: z
+    pools: [{device: CPU-A, quota: 2, gpus_per_node: 2}]
+"""
+
+
+def _spec(tmp_path: Path, text: str = SPEC) -> object:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    spec = check_file(str(path)).spec
+    assert spec is not None
+    return spec
+
+
+def _profile(**changes: object) -> LayerProfile:
+    """Layer i takes (i + 1) ms forward, 2 (i + 1) ms backward, 0.1 ms update; keeps
+    (i + 1) MiB per microbatch; a 1 GB/s point-to-point and all-reduce link."""
+    times = {i: ((i + 1) * 1e-3, 2 * (i + 1) * 1e-3, 1e-4) for i in range(4)}
+    fit = BandwidthFit(coefficients=(0.0, 0.0, 1.0), peak=1e9)
+    base = LayerProfile(
+        model="custom",
+        device="CPU-A",
+        precision="fp32",
+        seq_len=32,
+        times={1: {1: times}},
+        architecture=dict(ARCH),
+        memory={
+            1: {
+                i: LayerMemory(weight_bytes=0.0, activation_bytes={1: (i + 1) * 2.0**20})
+                for i in range(4)
+            }
+        },
+        network={"intra_node": {"p2p": {2: fit}, "all_reduce": {2: fit}}},
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _write(tmp_path: Path, profile: LayerProfile, name: str = "p.json") -> Path:
+    path = tmp_path / name
+    write_profile(profile, path)
+    return path
+
+
+def test_a_profile_round_trips(tmp_path: Path) -> None:
+    from hetc.costmodel.profile import read_profile
+
+    profile = _profile(meta={"origin": "test", "threads": 1})
+    again = read_profile(_write(tmp_path, profile))
+    assert replace(again, source="") == profile
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"architecture": {**ARCH, "hidden": 128}}, "hidden 128; the spec's has 64"),
+        ({"seq_len": 64}, "measured at seq_len 64"),
+        ({"model": "other"}, "profiles model 'other'"),
+        ({"times": {1: {1: {i: (1.0, 1.0, 1.0) for i in range(3)}}}}, "the spec's model has 4"),
+    ],
+)
+def test_a_mismatched_profile_is_refused(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    spec = _spec(tmp_path)
+    if "times" in change:
+        change["memory"] = {}
+    path = _write(tmp_path, _profile(**change))
+    with pytest.raises(ProfileError, match=message):
+        read_spec_profiles(spec, str(tmp_path), extra=[str(path)])  # type: ignore[arg-type]
+
+
+def test_other_precision_warns_and_other_device_is_ignored(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    warnings: list[str] = []
+    bf16 = _write(tmp_path, _profile(precision="bf16"), "bf16.json")
+    other = _write(tmp_path, _profile(device="H100"), "h100.json")
+    found = read_spec_profiles(
+        spec,  # type: ignore[arg-type]
+        str(tmp_path),
+        extra=[str(bf16), str(other)],
+        warn=warnings.append,
+    )
+    assert [p.device for p in found] == ["CPU-A"] and found[0].precision == "fp32"
+    assert any("measured at bf16" in w for w in warnings)
+    assert any("'H100', which no pool of the spec rents: ignored" in w for w in warnings)
+
+
+def _two_stage_plan() -> Plan:
+    node = Node(id="n0", zone="z", region="z", pool="cpu-a", device="CPU-A", devices=2)
+    return Plan(
+        spec_hash="0" * 64,
+        hetc_version="0.1.0",
+        model_blocks=2,
+        global_batch_size=8,
+        microbatch_size=1,
+        nodes=(node,),
+        stages=(
+            Stage(
+                first_block=0,
+                end_block=1,
+                replicas=(Replica(device="CPU-A", tp=1, node="n0", local_ranks=(0,)),),
+            ),
+            Stage(
+                first_block=1,
+                end_block=2,
+                replicas=(Replica(device="CPU-A", tp=1, node="n0", local_ranks=(1,)),),
+            ),
+        ),
+        pipelines=(Pipeline(replicas=(0, 0), microbatches=8),),
+    )
+
+
+def test_measured_activations_and_bandwidth_are_what_the_simulator_uses(tmp_path: Path) -> None:
+    """Stage 0 (embedding + block 0) keeps (1 + 2) MiB per microbatch, 2 in flight; stage 1
+    keeps (3 + 4) MiB plus its fp32 input, 1 in flight. A boundary send of 1 x 32 x 64 fp32
+    takes latency + bytes / 1 GB/s. Mutating any of these breaks the equalities."""
+    spec = _spec(tmp_path)
+    profile = _profile()
+    plan = _two_stage_plan()
+    with_profile = simulate(plan, spec, profiles=[profile])  # type: ignore[arg-type]
+    without = simulate(plan, spec)  # type: ignore[arg-type]
+    mib = 2.0**20
+    first, last = (r.memory.activations for r in with_profile.ranks)
+    received = received_input_bytes(spec.model, seq_len=32, microbatch=1)  # type: ignore[attr-defined]
+    logits_gradient = 4 * 32 * 512
+    assert first == pytest.approx(2 * 3 * mib)
+    assert last == pytest.approx(7 * mib + received + logits_gradient)
+    assert first != next(r.memory.activations for r in without.ranks)
+    boundary = 1 * 32 * 64 * 4
+    expected_send = INTRA_NODE_LATENCY + boundary / 1e9
+    forward = [(1 + 2) * 1e-3, (3 + 4) * 1e-3]
+    backward = [2 * f for f in forward]
+    # The closed form (hetc.costmodel.planning's docstring): F = sum t + 2 sum s,
+    # S = max_i (t_i + s_i + s_(i-1)), T = F + (m - 1) S + max_i (y_i + u_i); y: the tied
+    # token table (512 x 64 fp32) all-reduced by 2 ranks over the measured 1 GB/s link.
+    stage_times = [f + b for f, b in zip(forward, backward, strict=True)]
+    fill = sum(stage_times) + 2 * expected_send
+    period = max(stage_times) + expected_send
+    tied = 2 * (INTRA_NODE_LATENCY + 512 * 64 * 4 / 2 / 1e9)
+    update = 2 * 1e-4
+    assert with_profile.closed_form_time == pytest.approx(
+        fill + 7 * period + tied + update, rel=1e-9
+    )
+
+
+def test_tables_use_measured_activations_like_the_simulator(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    profile = _profile()
+    compute = ComputeModel(
+        arch=spec.model,  # type: ignore[attr-defined]
+        device=spec.devices["CPU-A"],  # type: ignore[attr-defined]
+        seq_len=32,
+        precision="fp32",
+        profile=profile,
+    )
+    tables = build_stage_tables(
+        compute, tp=1, microbatch=1, zero_stage=0, optimizer="adamw", overhead=CPU_OVERHEAD
+    )
+    simulated = simulate(_two_stage_plan(), spec, profiles=[profile])  # type: ignore[arg-type]
+    for (first, end, flight), rank in zip(((0, 2, 2), (2, 4, 1)), simulated.ranks, strict=True):
+        assert peak_memory(tables, first, end, 1, flight) == pytest.approx(rank.memory.total)
+
+
+def test_the_fit_recovers_a_known_curve_and_weights_small_messages() -> None:
+    """Exact points give the coefficients back; a curve spanning two decades is fitted in
+    relative terms, so the smallest message is not sacrificed to the largest."""
+    a, b, c = -0.02, 0.3, 1.5
+    exact = [(2.0**k * 1e6, 1e9 * (a * k * k + b * k + c)) for k in range(-2, 7)]
+    fit = fit_bandwidth(exact)
+    assert fit.coefficients == pytest.approx((a, b, c), rel=1e-9)
+    assert fit.residual == pytest.approx(0.0, abs=1e-12)
+    steep = [(4.0**k * 4096, 1e9 * min(2.0, 0.01 * 3.0**k)) for k in range(8)]
+    relative = fit_bandwidth(steep)
+    x0 = math.log2(4096 / 1e6)
+    smallest = relative.coefficients[0] * x0 * x0 + relative.coefficients[1] * x0
+    assert smallest + relative.coefficients[2] > 0  # absolute least squares goes negative here
+    with pytest.raises(ValueError, match="three distinct"):
+        fit_bandwidth(exact[:2])
+
+
+def test_a_profile_slower_than_the_datasheet_changes_the_plan(tmp_path: Path) -> None:
+    """Two device types; measured times 20x the estimate for the one the planner preferred
+    make it prefer the other."""
+    text = SPEC.replace(
+        "zones:",
+        "  - {name: CPU-B, kind: cpu, memory: 4GiB, peak_tflops: {fp32: 0.03},\n"
+        "     memory_bandwidth: 10GB/s, intra_node: {kind: shared-memory, bandwidth: 5GB/s},\n"
+        "     price: 1 USD/h}\nzones:",
+    ).replace(
+        "pools: [{device: CPU-A, quota: 2, gpus_per_node: 2}]",
+        "pools: [{device: CPU-A, quota: 2, gpus_per_node: 2},"
+        " {device: CPU-B, quota: 2, gpus_per_node: 2}]",
+    )
+    text += "constraints: {max_gpus: 2}\n"
+    spec = _spec(tmp_path, text)
+
+    def devices_used(plan: Plan) -> set[str]:
+        return {r.device for s in plan.stages for r in s.replicas}
+
+    before = plan_spec(spec).proposals[0].plan  # type: ignore[arg-type]
+    assert devices_used(before) == {"CPU-A"}
+    estimate = ComputeModel(
+        arch=spec.model,  # type: ignore[attr-defined]
+        device=spec.devices["CPU-A"],  # type: ignore[attr-defined]
+        seq_len=32,
+        precision="fp32",
+    )
+    times = {
+        m: {t: {i: _scaled(estimate.layer_times(i, m, t), 20) for i in range(4)} for t in (1, 2)}
+        for m in (1, 2, 4, 8)
+    }
+    slow = _profile(times=times, memory={}, network={})
+    after = plan_spec(spec, profiles=[slow]).proposals[0].plan  # type: ignore[arg-type]
+    assert "CPU-A" not in devices_used(after)
+
+
+def _scaled(times: object, factor: float) -> tuple[float, float, float]:
+    f, b, u = times.forward, times.backward, times.update  # type: ignore[attr-defined]
+    return (factor * f, factor * b, factor * u)
+
+
+def test_compile_with_a_profile_names_it_in_the_report(tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    path = _write(tmp_path, _profile(meta={"origin": "measured by a test"}))
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["compile", str(tmp_path / "spec.yaml"), "-o", str(out), "--profile", str(path)]
+    )
+    assert result.exit_code == 0, result.output
+    report = (out / "report.md").read_text()
+    assert "measured profiles: CPU-A from p.json (measured by a test)" in report
+    assert "CPU-A: measured profile" in result.stderr
+    plain = runner.invoke(app, ["compile", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "o2")])
+    assert "analytical (no measured profile)" in (tmp_path / "o2" / "report.md").read_text()
+    bad = _write(tmp_path, _profile(seq_len=64), "bad.json")
+    refused = runner.invoke(
+        app, ["compile", str(tmp_path / "spec.yaml"), "-o", str(out), "--profile", str(bad)]
+    )
+    assert refused.exit_code == 1 and "measured at seq_len 64" in refused.output
+    assert plain.exit_code == 0
