@@ -131,10 +131,12 @@ def test_profile_lists_every_layer_and_point_with_sane_times_and_memory(tmp_path
     assert block[2] == pytest.approx(2 * block[1], rel=0.1)
     weights = sum(memory[i].weight_bytes for i in INDEX.values())
     kept = sum(memory[i].activation_bytes[1] for i in INDEX.values())
-    # Weights, gradients and AdamW's two moments are all alive at the update; weights, the
-    # moments and every activation at the end of the forward; at most all of it at once.
+    # Weights, gradients, AdamW's two moments and the flat copy the runtime sums gradients in
+    # are all alive at the update; weights, the moments and every activation at the end of
+    # the forward; at most all of it at once.
     peak = profile.peak_bytes[1][1]
-    assert max(4 * weights, 3 * weights + kept) <= peak <= 4 * weights + 2 * kept
+    widest = max(memory[i].weight_bytes for i in INDEX.values())  # one layer's flat copy
+    assert max(4 * weights + widest, 3 * weights + kept) <= peak <= 5 * weights + 2 * kept
 
     meta = profile.meta
     assert meta["threads"] == 1 and meta["attention"] == ATTENTION

@@ -11,6 +11,17 @@ stage given its successor's input gradient (`torch.autograd.backward([out], [gra
 each stage's optimizer step. The blocks of the runtime's GPT are identical, so one block
 stands for all of them.
 
+Timed iterations are the runtime's steady state, not a fresh start: gradients are kept from
+one iteration to the next, so every timed backward adds into existing gradients as the second
+and later microbatches of gradient accumulation do (the first microbatch of an iteration,
+which sets them, is a little faster: the one place the profile is pessimistic). A layer's
+`update` is everything the runtime does per parameter after the backward besides the
+data-parallel collective itself: the flat copy the gradients are summed in (out and back,
+`StageTrainer._synchronise`), the gradient-norm term of global clipping when the config clips
+(`_clip`), and the optimizer step. Without these the profile measured the layers ~10% faster
+than the runtime ran them (bench/fidelity.py). In a TP group the ranks meet at a barrier
+before each timed iteration, so no rank's numbers include waiting for a late partner.
+
 Memory, per layer and microbatch size (see `measure`): activation bytes are the bytes created
 by the layer's forward that are still alive when it returns, with the caller holding the
 output, as `train_step` holds it until the backward. That counts the tensors autograd saved,
@@ -24,12 +35,14 @@ input plus the sum of its layers' activation bytes.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from hetc.profiler.clock import Stopwatch
@@ -191,7 +204,9 @@ class _Layers:
         self.dtype = AUTOCAST.get(training["precision"])
         self.seed, self.seq, self.vocab = training["seed"], training["seq_len"], config.vocab
         self.device = device
+        self.group = group
         self.grouped = group is not None
+        self.clip = float(task.deepspeed.get("gradient_clipping", 0.0))
 
     def parameters(self, kind: int) -> list[Tensor]:
         return list(self.modules[kind].parameters())
@@ -228,9 +243,13 @@ class _Layers:
             out: Tensor = self.modules[kind](x, targets=targets, noise=noise)
         return out
 
-    def step(self, micro: int, step: int, probe: _Probe) -> None:
-        """One iteration of one microbatch (see the module docstring)."""
-        self.clear_gradients()
+    def step(self, micro: int, step: int, probe: _Probe, *, accumulate: bool = False) -> None:
+        """One iteration of one microbatch (see the module docstring); with `accumulate`,
+        the backward adds into the gradients the last iteration left."""
+        if not accumulate:
+            self.clear_gradients()
+        if self.group is not None:
+            dist.barrier(group=self.group)
         generator = torch.Generator().manual_seed(self.seed + step)
         ids, targets = (
             torch.randint(self.vocab, (micro, self.seq), generator=generator).to(self.device)
@@ -256,7 +275,25 @@ class _Layers:
             torch.autograd.backward([embedded], [_grad(block_in).to(embedded.dtype)])
         for kind, optimizer in enumerate(self.optimizers):
             with probe.section(kind, "update"):
+                self._after_backward(kind)
                 optimizer.step()
+
+    def _after_backward(self, kind: int) -> float:
+        """The runtime's per-parameter work between backward and step, less the collective:
+        the flat copy it sums gradients in, and the clipping norm's share (returned; 0 when
+        the config does not clip)."""
+        gradients = [p.grad for p in self.parameters(kind) if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in gradients])
+        offset = 0
+        for gradient in gradients:
+            gradient.copy_(flat[offset : offset + gradient.numel()].view(gradient.shape))
+            offset += gradient.numel()
+        if self.clip <= 0:
+            return 0.0
+        square = torch.zeros((), dtype=torch.float64, device=self.device)
+        for gradient in gradients:
+            square += gradient.double().pow(2).sum()
+        return math.sqrt(float(square))
 
 
 def _grad(tensor: Tensor) -> Tensor:
@@ -266,10 +303,10 @@ def _grad(tensor: Tensor) -> Tensor:
 
 def _times(layers: _Layers, task: LayerTask, micro: int) -> list[Times]:
     for step in range(task.warmup):
-        layers.step(micro, step, _Untimed())
+        layers.step(micro, step, _Untimed(), accumulate=step > 0)
     timed = _Timed(task.cuda)
     for step in range(task.warmup, task.warmup + task.repeats):
-        layers.step(micro, step, timed)
+        layers.step(micro, step, timed, accumulate=True)
     median = timed.watch.medians()
     times = [
         (median[(k, "forward")], median[(k, "backward")], median[(k, "update")])
