@@ -312,7 +312,8 @@ def test_no_zero_reduce_copies_gradients_after_backward() -> None:
     shape = stage()
     params = stage_parameters_per_rank(TINY, shape)
     got = memory(TINY, shape, seq_len=1, precision="fp32", zero_stage=0, bucket_bytes=5e8)
-    assert got.phase == "reduce" and got.activations == 0
+    # only the last microbatch's token ids and targets (int64) remain of the activations
+    assert got.phase == "reduce" and got.activations == 2 * 8 * 1 * 1
     assert got.buckets == 4 * params  # reduce_bucket_size plays no part without ZeRO
     assert got.weights + got.gradients + got.optimizer == (4 + 4 + 8) * params
 
@@ -322,7 +323,7 @@ def test_fp16_no_zero_peaks_in_step_when_activations_are_small() -> None:
     shape = stage()
     params = stage_parameters_per_rank(TINY, shape)
     got = memory(TINY, shape, seq_len=1, zero_stage=0)
-    assert got.phase == "step" and got.activations == 0 and got.gradients == 10 * params
+    assert got.phase == "step" and got.activations == 16 and got.gradients == 10 * params
 
 
 def test_overhead_is_fixed_plus_fragmentation_of_dynamic() -> None:

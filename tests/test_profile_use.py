@@ -154,8 +154,9 @@ def _two_stage_plan() -> Plan:
 
 def test_measured_activations_and_bandwidth_are_what_the_simulator_uses(tmp_path: Path) -> None:
     """Stage 0 (embedding + block 0) keeps (1 + 2) MiB per microbatch, 2 in flight; stage 1
-    keeps (3 + 4) MiB plus its fp32 input, 1 in flight. A boundary send of 1 x 32 x 64 fp32
-    takes latency + bytes / 1 GB/s. Mutating any of these breaks the equalities."""
+    keeps (3 + 4) MiB plus its fp32 input, 1 in flight; each also the token tensors. A
+    boundary send of 1 x 32 x 64 fp32 takes latency + bytes / 1 GB/s. Mutating any of these
+    breaks the equalities."""
     spec = _spec(tmp_path)
     profile = _profile()
     plan = _two_stage_plan()
@@ -165,8 +166,9 @@ def test_measured_activations_and_bandwidth_are_what_the_simulator_uses(tmp_path
     first, last = (r.memory.activations for r in with_profile.ranks)
     received = received_input_bytes(spec.model, seq_len=32, microbatch=1)  # type: ignore[attr-defined]
     logits_gradient = 4 * 32 * 512
-    assert first == pytest.approx(2 * 3 * mib)
-    assert last == pytest.approx(7 * mib + received + logits_gradient)
+    tokens = 2 * 8 * 32  # a microbatch's int64 ids and targets: in flight, and one more
+    assert first == pytest.approx(2 * 3 * mib + 3 * tokens)
+    assert last == pytest.approx(7 * mib + received + logits_gradient + 2 * tokens)
     assert first != next(r.memory.activations for r in without.ranks)
     boundary = 1 * 32 * 64 * 4
     expected_send = INTRA_NODE_LATENCY + boundary / 1e9

@@ -5,9 +5,11 @@ from __future__ import annotations
 import gc
 import time
 
+import pytest
 import torch
 
 from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
+from hetc.runtime.train import square_norm
 
 
 def test_live_tensor_bytes_counts_storage_until_it_is_freed() -> None:
@@ -70,3 +72,15 @@ def test_clock_sections_and_idle_remainder() -> None:
 
 def test_resident_bytes_is_positive() -> None:
     assert resident_bytes() > 10**6
+
+
+def test_square_norm_is_float64_without_a_float64_copy() -> None:
+    """The clip's squared norm equals the float64 sum of squares, and allocates no copy of
+    the tensor (the old `.double().pow(2)` made two, 16 bytes per element)."""
+    gradient = torch.randn(512, 64)
+    with LiveTensorBytes(adopt_live=True) as tracker:
+        before = tracker.current
+        value = square_norm(gradient)
+        assert tracker.peak - before < 1024
+    assert value.dtype == torch.float64
+    assert float(value) == pytest.approx(float(gradient.double().pow(2).sum()), rel=1e-12)

@@ -591,6 +591,13 @@ def stage_output_bytes(
     return float(ACTIVATION_BYTES[precision] * seq_len * microbatch * arch.hidden)
 
 
+def token_bytes(*, seq_len: int, microbatch: int) -> float:
+    """One microbatch's token ids and targets, int64: 16 s*b. Each in-flight microbatch keeps
+    them, and the last one read is still referenced through the reduction and the step (a
+    few KiB the runtime measured above the model's prediction until counted)."""
+    return float(2 * 8 * seq_len * microbatch)
+
+
 RECEIVED_BYTES: Final = 4
 """hetc's runtime sends and receives stage boundaries in fp32 whatever the precision."""
 
@@ -646,14 +653,14 @@ def stage_activation_bytes(
             arch, seq_len=seq_len, microbatch=b, tp=t, precision=precision
         )
         once = head_backward_bytes(arch, seq_len=seq_len, microbatch=b, tp=t)
-    if measured is not None and not checkpointing:
-        per_microbatch = float(sum(measured))
-        if not stage.has_embedding:
-            per_microbatch += received_input_bytes(arch, seq_len=seq_len, microbatch=b)
     else:
         per_microbatch += stage_output_bytes(
             arch, seq_len=seq_len, microbatch=b, precision=precision
         )
+    if measured is not None and not checkpointing:
+        per_microbatch = float(sum(measured))
+        if not stage.has_embedding:
+            per_microbatch += received_input_bytes(arch, seq_len=seq_len, microbatch=b)
     # The recomputed block's first norm input *is* its stored checkpoint: count it once.
     recompute = max(full) - e * seq_len * b * arch.hidden if checkpointing and full else 0.0
     return stage.in_flight * per_microbatch + recompute + once
@@ -745,10 +752,16 @@ def rank_memory(
     grads = params * layout.gradients.at(dp)
     whole_gradient = layout.gradients.replicated + layout.gradients.sharded
     accumulating = largest_parameter_per_rank(arch, stage) * whole_gradient
+    tokens = token_bytes(seq_len=seq_len, microbatch=stage.microbatch)
     moments = (
-        moment("backward", grads + accumulating, activations, bucket_backward),
-        moment("reduce", grads, 0.0, bucket_reduce),
-        moment("step", params * layout.step_gradients.at(dp), 0.0, 0.0),
+        moment(
+            "backward",
+            grads + accumulating,
+            activations + (stage.in_flight + 1) * tokens,
+            bucket_backward,
+        ),
+        moment("reduce", grads, tokens, bucket_reduce),
+        moment("step", params * layout.step_gradients.at(dp), tokens, 0.0),
     )
     return max(moments, key=lambda m: m.total)
 
@@ -801,4 +814,5 @@ __all__ = [
     "stage_activation_bytes",
     "stage_output_bytes",
     "stage_parameters_per_rank",
+    "token_bytes",
 ]

@@ -56,6 +56,7 @@ from hetc.costmodel.memory import (
     layer_activation_bytes,
     received_input_bytes,
     stage_output_bytes,
+    token_bytes,
 )
 
 __all__ = [
@@ -112,6 +113,9 @@ class StageTables:
     first keeps per in-flight microbatch (`memory.received_input_bytes`); else 0."""
     head_backward: int
     """The logits' gradient, alive once in the head's backward (`memory.head_backward_bytes`)."""
+    tokens: int
+    """One microbatch's token ids and targets (`memory.token_bytes`): per in-flight
+    microbatch plus one at the backward peak, one at the reduction and the step."""
     end_gradient: float
     block_gradient: float
     """Bytes of the largest parameter's gradient at an end (token table or output matrix) and
@@ -295,6 +299,7 @@ def build_stage_tables(
         stage_output=output,
         stage_input=received,
         head_backward=int(head_backward_bytes(arch, seq_len=seq_len, microbatch=microbatch, tp=tp)),
+        tokens=int(token_bytes(seq_len=seq_len, microbatch=microbatch)),
         end_gradient=largest_parameter_per_rank(arch, end_shape) * whole_gradient,
         block_gradient=largest_parameter_per_rank(arch, block_shape) * whole_gradient,
         tied_copy=head_alone - head_with_embedding,
@@ -400,13 +405,14 @@ def peak_memory(t: StageTables, first: int, end: int, dp: int, in_flight: int) -
     has_end = first == 0 or end == t.layers
     has_block = max(first, 1) < min(end, t.layers - 1)
     accumulating = max(t.end_gradient if has_end else 0.0, t.block_gradient if has_block else 0.0)
+    acts += (in_flight + 1) * t.tokens
     static = params * (t.backward_replicated + t.backward_sharded / dp)
     bucket = t.bucket_backward
     frag, fixed = t.fragmentation, t.fixed_overhead
     peak = static + accumulating + acts + bucket + fixed + frag * (acts + bucket)
     copy = (params if params < t.reduce_copy_cap else t.reduce_copy_cap) * t.reduce_copy_bytes
-    reduce = static + copy + fixed + frag * copy
-    step = params * (t.step_replicated + t.step_sharded / dp) + fixed
+    reduce = static + t.tokens + copy + fixed + frag * (t.tokens + copy)
+    step = params * (t.step_replicated + t.step_sharded / dp) + t.tokens + fixed + frag * t.tokens
     if reduce > peak:
         peak = reduce
     return step if step > peak else peak

@@ -49,7 +49,7 @@ from hetc.profiler.clock import Stopwatch
 from hetc.runtime.metrics import LiveTensorBytes
 from hetc.runtime.model import DropoutKey, ModelConfig, StageModule
 from hetc.runtime.tensor_parallel import Group
-from hetc.runtime.train import AUTOCAST, LossScaler, make_optimizer
+from hetc.runtime.train import AUTOCAST, LossScaler, make_optimizer, square_norm
 
 KINDS = ("embedding", "block", "output end")
 """The layer kinds in model order: profile index 0, every index 1..L, index L + 1."""
@@ -292,7 +292,7 @@ class _Layers:
             return 0.0
         square = torch.zeros((), dtype=torch.float64, device=self.device)
         for gradient in gradients:
-            square += gradient.double().pow(2).sum()
+            square += square_norm(gradient)
         return math.sqrt(float(square))
 
 

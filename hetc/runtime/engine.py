@@ -56,7 +56,13 @@ from deepspeed.utils import (
 from torch import Tensor
 
 from hetc.runtime.model import DropoutKey
-from hetc.runtime.train import TOKEN_TABLE, TrainingError, _chunk_groups, make_optimizer
+from hetc.runtime.train import (
+    TOKEN_TABLE,
+    TrainingError,
+    _chunk_groups,
+    make_optimizer,
+    square_norm,
+)
 
 if TYPE_CHECKING:
     from hetc.runtime.train import StageTrainer
@@ -381,7 +387,7 @@ class StageEngine:
                 continue
             if t.specs[name].tp_dim is None and t.tp_rank != 0:
                 continue
-            square += fragment.double().pow(2).sum()
+            square += square_norm(fragment)
         dist.all_reduce(square)
         norm = float(square.sqrt()) / self.optimizer.loss_scale
         scale = t.clip / (norm + 1e-6)
