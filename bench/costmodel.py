@@ -40,6 +40,7 @@ from hetc.costmodel.compute import (  # noqa: E402
     tp_time,
 )
 from hetc.costmodel.profile import LayerProfile, read_profile  # noqa: E402
+from hetc.costmodel.published import DEVICE_NAMES  # noqa: E402
 
 DEFAULT_DATA = next(
     (
@@ -62,15 +63,10 @@ off freely and the fit can put GEMMs at 100% of peak (it did, on A100-40)."""
 _FLAT = EfficiencyCurve(e_max=1.0, x0=0.0, width=1.0)
 
 DEVICES = {
-    "A100-40": "A100-40GB",
-    "A100-80": "A100-80GB",
-    "GH-96": "GH200",
-    "V100-16": "V100-16GB",
-    "Titan-RTX": "Titan-RTX",
-    "RTX-2080": "RTX-2080",
-    "RTX-3090": "RTX-3090",
+    gpu: DEVICE_NAMES.get(gpu, gpu)
+    for gpu in ("A100-40", "A100-80", "GH-96", "V100-16", "Titan-RTX", "RTX-2080", "RTX-3090")
 }
-"""Sailor's GPU directory names -> hetc catalog names."""
+"""Sailor's GPU directory names -> hetc catalog names (the importer's mapping)."""
 
 EXCLUDED = {
     ("GPT-Neo-2.7", "GH-96"): "byte-identical to OPT-350/GH-96 (26 layers): not a GPT-Neo profile"

@@ -31,6 +31,25 @@ app = typer.Typer(
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+ExactFlag = Annotated[
+    bool, typer.Option("--exact", help="No approximations, whatever the cluster size.")
+]
+ApproximationsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--approximations",
+        help="Comma-separated approximations to use (see docs/planner.md); '' for none.",
+    ),
+]
+TimeLimitOption = Annotated[
+    float | None,
+    typer.Option("--time-limit", min=0.0, help="Search seconds; then the best plan so far."),
+]
+EvalLimitOption = Annotated[
+    int | None,
+    typer.Option("--eval-limit", min=1, help="Scored candidates; deterministic cut-off."),
+]
+"""The search options `hetc plan` and `hetc compile` share."""
 ProfileFiles = Annotated[
     list[Path] | None,
     typer.Option(
@@ -202,24 +221,10 @@ def plan_command(
     explain: Annotated[
         bool, typer.Option("--explain", help="For each unused pool, the best plan that uses it.")
     ] = False,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="No approximations, whatever the cluster size.")
-    ] = False,
-    approximations: Annotated[
-        str | None,
-        typer.Option(
-            "--approximations",
-            help="Comma-separated approximations to use (see docs/planner.md); '' for none.",
-        ),
-    ] = None,
-    time_limit: Annotated[
-        float | None,
-        typer.Option("--time-limit", min=0.0, help="Seconds; then the best plan so far."),
-    ] = None,
-    eval_limit: Annotated[
-        int | None,
-        typer.Option("--eval-limit", min=1, help="Scored candidates; deterministic cut-off."),
-    ] = None,
+    exact: ExactFlag = False,
+    approximations: ApproximationsOption = None,
+    time_limit: TimeLimitOption = None,
+    eval_limit: EvalLimitOption = None,
     solver: Annotated[
         str, typer.Option("--solver", help="`search` (default) or `cp-sat` (cross-check).")
     ] = "search",
@@ -263,19 +268,10 @@ def compile_command(
     top: Annotated[
         int, typer.Option("--top", min=1, help="Plans in the report: the best and alternatives.")
     ] = 3,
-    exact: Annotated[
-        bool, typer.Option("--exact", help="No approximations, whatever the cluster size.")
-    ] = False,
-    approximations: Annotated[
-        str | None,
-        typer.Option("--approximations", help="Comma-separated approximations; '' for none."),
-    ] = None,
-    time_limit: Annotated[
-        float | None, typer.Option("--time-limit", min=0.0, help="Search seconds.")
-    ] = None,
-    eval_limit: Annotated[
-        int | None, typer.Option("--eval-limit", min=1, help="Scored candidates.")
-    ] = None,
+    exact: ExactFlag = False,
+    approximations: ApproximationsOption = None,
+    time_limit: TimeLimitOption = None,
+    eval_limit: EvalLimitOption = None,
     cross_check: Annotated[
         bool, typer.Option("--cross-check", help="Also solve the chosen shape with CP-SAT.")
     ] = False,
