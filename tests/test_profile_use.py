@@ -282,3 +282,43 @@ def test_compile_with_a_profile_names_it_in_the_report(tmp_path: Path) -> None:
     )
     assert refused.exit_code == 1 and "measured at seq_len 64" in refused.output
     assert plain.exit_code == 0
+
+
+def test_an_inter_node_fit_replaces_the_spec_link_between_nodes_of_one_zone(
+    tmp_path: Path,
+) -> None:
+    """Two one-device nodes: the boundary send takes the spec's latency plus bytes over the
+    measured one-flow peak; without the inter-node fit, the spec's bandwidth."""
+    from hetc.costmodel.network import link_between
+
+    spec = _spec(tmp_path, SPEC.replace("gpus_per_node: 2", "gpus_per_node: 1"))
+    nodes = tuple(
+        Node(id=f"n{k}", zone="z", region="z", pool="cpu-a", device="CPU-A", devices=1)
+        for k in range(2)
+    )
+    plan = replace(
+        _two_stage_plan(),
+        nodes=nodes,
+        stages=tuple(
+            Stage(
+                first_block=k,
+                end_block=k + 1,
+                replicas=(Replica(device="CPU-A", tp=1, node=f"n{k}", local_ranks=(0,)),),
+            )
+            for k in range(2)
+        ),
+    )
+    one_flow = BandwidthFit(coefficients=(0.0, 0.0, 2.0), peak=2e9)
+    four_flows = BandwidthFit(coefficients=(0.0, 0.0, 6.0), peak=6e9)
+    profile = _profile(network={"inter_node": {"p2p": {1: one_flow, 4: four_flows}}})
+    spec_link = link_between(spec.network, spec.zones[0], spec.zones[0])  # type: ignore[attr-defined]
+    boundary = 32 * 64 * 4
+    measured = simulate(plan, spec, profiles=[profile])  # type: ignore[arg-type]
+    nominal = simulate(plan, spec, profiles=[_profile(network={})])  # type: ignore[arg-type]
+    change = measured.closed_form_time - nominal.closed_form_time
+    per_byte = 1 / 2e9 - 1 / spec_link.bandwidth  # latency is the spec's either way
+    # 8 microbatches: fill crosses the boundary twice, each later period once more; the tied
+    # token table (512 x 64 fp32) is all-reduced by the two stages: 2 steps of half of it
+    moved = (2 + 7) * boundary + 2 * (512 * 64 * 4 / 2)
+    assert change == pytest.approx(moved * per_byte, rel=1e-6)
+    assert spec_link.bandwidth != 2e9

@@ -43,7 +43,9 @@ Two spellings are read:
     layer keeps for its backward).
   - `peak_bytes`: microbatch -> TP -> the peak bytes of the profiled step, for reference.
   - `network`: scope (`intra_node`, `inter_node`) -> collective (`all_reduce`,
-    `all_gather`, `p2p`) -> devices in the group -> a bandwidth fit in the cost model's
+    `all_gather`, `p2p`) -> devices (inside a node: the devices in the group, 2 for p2p;
+    between nodes: the devices per node communicating at once, whose flows share the
+    fitted peak) -> a bandwidth fit in the cost model's
     form (`hetc.costmodel.network.LogQuadraticCurve`: GB/s = a x^2 + b x + c with
     x = log2(bytes / 1e6), `peak` in bytes/s), its relative RMS `residual` over the
     measured `points` (message bytes, bytes/s; optional). Bandwidth is what the cost model's

@@ -218,32 +218,56 @@ class _Context:
     def replica(self, stage: int, index: int) -> Replica:
         return self.plan.stages[stage].replicas[index]
 
-    def link(self, a: Replica, b: Replica) -> tuple[LinkClass, float]:
-        """The link between two replicas' nodes and the NIC rate that bounds it; inside a
-        node whose device has a measured point-to-point fit, the measured peak."""
+    def link(
+        self, a: Replica, b: Replica, *, flows: int = 1
+    ) -> tuple[LinkClass, float, MessageSizeCurve]:
+        """The link between two replicas' nodes, the NIC rate that bounds it, and the
+        message-size curve to scale it by.
+
+        Where the device's profile measured the link, its fit stands in for the spec's
+        figure: inside a node the intra-node point-to-point fit; between two nodes of one
+        zone with the same device the inter-node fit for `flows` devices per node sending at
+        once (its peak is theirs together, so one flow gets peak / devices), at the spec's
+        latency for that zone pair. Elsewhere the spec's link, flat.
+        """
         node_a, node_b = self.nodes[a.node], self.nodes[b.node]
         if node_a.id == node_b.id:
-            fit = self.measured(a, "p2p", 2)
+            fit = self.measured(a, "intra_node", "p2p", 2)
             if fit is not None:
-                return LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY), math.inf
-            return intra_node_link(self.device(a)), math.inf
+                measured = LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY)
+                return measured, math.inf, fit.curve()
+            return intra_node_link(self.device(a)), math.inf, FLAT
         nic = min(self.nic[node_a.zone, node_a.pool], self.nic[node_b.zone, node_b.pool])
-        return link_between(
+        spec_link = link_between(
             self.spec.network, self.zones[node_a.zone], self.zones[node_b.zone]
-        ), nic
+        )
+        if node_a.zone == node_b.zone and a.device == b.device:
+            found = self.measured_devices(a, "inter_node", "p2p", flows)
+            if found is not None:
+                fit, devices = found
+                per_flow = replace(spec_link, bandwidth=fit.peak / devices)
+                return per_flow, nic, fit.curve()
+        return spec_link, nic, FLAT
 
-    def measured(self, replica: Replica, collective: str, devices: int) -> BandwidthFit | None:
-        """The device profile's intra-node fit for `collective` over `devices`, if measured."""
+    def measured(
+        self, replica: Replica, scope: str, collective: str, devices: int
+    ) -> BandwidthFit | None:
+        """The device profile's fit for `collective` in `scope` nearest `devices`, if any."""
+        found = self.measured_devices(replica, scope, collective, devices)
+        return None if found is None else found[0]
+
+    def measured_devices(
+        self, replica: Replica, scope: str, collective: str, devices: int
+    ) -> tuple[BandwidthFit, int] | None:
+        """`measured` and the group size the fit was measured at."""
         profile = self.profiles.get(replica.device)
-        return None if profile is None else profile.bandwidth("intra_node", collective, devices)
-
-    def curve(self, replicas: Sequence[Replica], collective: str) -> MessageSizeCurve:
-        """The measured message-size curve when every replica shares one node with a
-        profiled device; else flat (the spec's links state no curve)."""
-        if len({r.node for r in replicas}) != 1:
-            return FLAT
-        fit = self.measured(replicas[0], collective, max(2, len(replicas)))
-        return FLAT if fit is None else fit.curve()
+        if profile is None:
+            return None
+        fit = profile.bandwidth(scope, collective, devices)
+        if fit is None:
+            return None
+        sizes = profile.network[scope][collective]
+        return fit, next(n for n, f in sizes.items() if f is fit)
 
     def activation_bytes(self) -> float:
         """One microbatch's hidden states at a stage boundary (sent once, not per TP rank)."""
@@ -257,15 +281,8 @@ class _Context:
         times = [self.stage_times(i, r) for i, r in enumerate(replicas)]
         sends = []
         for a, b in itertools.pairwise(replicas):
-            link, nic = self.link(a, b)
-            sends.append(
-                send_time(
-                    self.activation_bytes(),
-                    link,
-                    nic_bandwidth=nic,
-                    curve=self.curve((a, b), "p2p"),
-                )
-            )
+            link, nic, curve = self.link(a, b)
+            sends.append(send_time(self.activation_bytes(), link, nic_bandwidth=nic, curve=curve))
         return PipelineTimes(
             forward=tuple(t.forward for t in times),
             backward=tuple(t.backward for t in times),
@@ -292,30 +309,38 @@ class _Context:
             in_flight=in_flight,
         )
 
-    def ring(self, replicas: tuple[Replica, ...]) -> tuple[tuple[LinkClass, ...], float]:
-        hops, nic = [], math.inf
+    def ring(
+        self, replicas: tuple[Replica, ...], flows: int
+    ) -> tuple[tuple[LinkClass, ...], float, MessageSizeCurve]:
+        """The ring's hops, the tightest NIC, and the curve: a measured one only when every
+        hop has the same (one node, or distinct nodes of one zone and device). A ring inside
+        one node uses the profile's all-reduce fit for that many devices, if measured."""
+        if len({r.node for r in replicas}) == 1:
+            fit = self.measured(replicas[0], "intra_node", "all_reduce", len(replicas))
+            if fit is not None:
+                hop = LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY)
+                return (hop,), math.inf, fit.curve()
+        hops, nic, curves = [], math.inf, set()
         for a, b in zip(replicas, (*replicas[1:], replicas[0]), strict=True):
-            link, rate = self.link(a, b)
+            link, rate, curve = self.link(a, b, flows=flows)
             hops.append(link)
             nic = min(nic, rate)
-        return tuple(hops), nic
+            curves.add(curve)
+        return tuple(hops), nic, curves.pop() if len(curves) == 1 else FLAT
 
     def sync_time(self, stage: int) -> float:
         replicas = self.plan.stages[stage].replicas
         seconds = 0.0
         if len(replicas) > 1:
-            hops, nic = self.ring(replicas)
-            if len({r.node for r in replicas}) == 1:
-                fit = self.measured(replicas[0], "all_reduce", len(replicas))
-                if fit is not None:
-                    hops = (LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY),)
+            flows = max(r.tp for r in replicas)
+            hops, nic, curve = self.ring(replicas, flows)
             seconds += ring_all_reduce_time(
                 self.gradient_bytes(stage),
                 len(replicas),
                 hops,
-                flows_on_nic=max(r.tp for r in replicas),
+                flows_on_nic=flows,
                 nic_bandwidth=nic,
-                curve=self.curve(replicas, "all_reduce"),
+                curve=curve,
             )
         return seconds + self.tied_embedding_time(stage)
 
@@ -327,9 +352,10 @@ class _Context:
         worst = 0.0
         for path in self.plan.pipelines:
             first, final = self.replica(0, path.replicas[0]), self.replica(last, path.replicas[-1])
-            link, nic = self.link(first, final)
+            link, nic, curve = self.link(first, final)
             nbytes = tied_table_parameters_per_rank(self.arch, first.tp) * self.element
-            worst = max(worst, ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic))
+            seconds = ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
+            worst = max(worst, seconds)
         return worst
 
     def update_time(self, stage: int) -> float:
