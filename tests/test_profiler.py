@@ -6,7 +6,10 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 import socket
+import subprocess
+import sys
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
@@ -271,3 +274,40 @@ def test_a_failing_rank_is_one_line_naming_it() -> None:
 def test_malformed_microbatch_is_a_usage_error(tmp_path: Path) -> None:
     code, stderr = run_measure(write_spec(tmp_path), tmp_path / "p.json", "--microbatch", "x")
     assert code == 2 and "--microbatch 'x'" in stderr
+
+
+@pytest.mark.slow
+def test_started_on_two_nodes_rank_0_writes_the_inter_node_fits(tmp_path: Path) -> None:
+    """Two processes with the environment torchrun gives one process on each of two nodes:
+    both time the collectives between them, only rank 0 measures layers and writes; the
+    profile's inter-node fits are keyed 1 (one device per node took part)."""
+    spec = write_spec(tmp_path, node=1)
+    output = tmp_path / "two-nodes.json"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        sys.executable, "-m", "hetc", "profile", "measure", str(spec), "--device", "LOCAL-CPU",
+        "-o", str(output), "--warmup", "1", "--repeats", "3", "--tp", "1", "--microbatch", "1",
+        "--sizes", "4KiB,64KiB,1MiB",
+    ]  # fmt: skip
+    base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    environments = [
+        {**base, "RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        for r in range(2)
+    ]
+    runs = [
+        subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        for env in environments
+    ]
+    errors = [run.communicate(timeout=300)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], errors
+    assert "rank 0 writes the profile" in errors[1] and "wrote" in errors[0]
+    profile = read_profile(output)
+    between = profile.network["inter_node"]
+    assert sorted(between) == ["all_gather", "all_reduce", "p2p"]
+    assert all(sorted(fits) == [1] and fits[1].peak > 0 for fits in between.values())
+    assert "intra_node" not in profile.network  # a one-device node has nothing inside it
+    crowded = {**environments[0], "LOCAL_WORLD_SIZE": "2"}
+    refused = subprocess.run(command, env=crowded, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "run one per node" in refused.stderr

@@ -5,6 +5,11 @@ no pool of, a model the runtime does not build, a TP degree above the pool's nod
 dividing the heads, KV heads, FFN width and padded vocabulary. Then it measures each TP degree
 (TP 1 in this process; a higher degree as that many ranks, `hetc.profiler.worker`), measures
 the node's collectives, and writes the profile once everything is measured, atomically.
+
+Started by torchrun on several nodes, one process per node (`WORLD_SIZE` > 1 in the
+environment), every process first times the collectives between the nodes over torchrun's
+process group (`network.inter_node`, keyed 1: one device per node took part); then rank 0
+measures its node as above and writes the profile, and the others stop.
 """
 
 from __future__ import annotations
@@ -15,14 +20,21 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 import hetc
-from hetc.costmodel.profile import LayerMemory, LayerProfile, Network, write_profile
+from hetc.costmodel.profile import (
+    BandwidthFit,
+    LayerMemory,
+    LayerProfile,
+    Network,
+    write_profile,
+)
 from hetc.emit.compile import training_record
 from hetc.emit.deepspeed import ConfigKey, deepspeed_config
 from hetc.plan.topology import BatchTriple
@@ -77,6 +89,15 @@ def run_measure_command(
         degrees = _degrees(config, node, name, tp)
         messages = _sizes(sizes) if network else ()
         group = network_devices if network_devices is not None else node
+        if (
+            int(os.environ.get("WORLD_SIZE", "1")) > 1
+            and os.environ.get("LOCAL_WORLD_SIZE", "1") != "1"
+        ):
+            raise _Refused(
+                "started by torchrun with several processes per node: run one per node"
+                " (torchrun --nproc-per-node 1); each measures its own node's devices itself",
+                EXIT_USAGE,
+            )
     except _Refused as refused:
         echo(f"hetc: {refused}", err=True)
         return refused.code
@@ -98,7 +119,13 @@ def run_measure_command(
     if not cuda:
         _warn_oversubscribed(max(degrees) * per_rank, "the largest TP degree", echo)
     measured: dict[int, RankMeasurement] = {}
+    between: dict[str, dict[int, BandwidthFit]] = {}
     try:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and messages:
+            between = _inter_node(messages, warmup, repeats, cuda, echo)
+            if int(os.environ.get("RANK", "0")) != 0:
+                echo("hetc: inter-node collectives measured; rank 0 writes the profile", err=True)
+                return 0
         for t in degrees:
             ranks = f" ({t} processes)" if t > 1 else ""
             echo(f"hetc: measuring TP {t}{ranks} ...", err=True)
@@ -114,6 +141,8 @@ def run_measure_command(
             err=True,
         )
         return EXIT_ENVIRONMENT
+    if between:
+        fits = {**fits, "inter_node": between}
     profile = _profile(spec, name, measured, fits, per_rank, warmup, repeats, cuda)
     try:
         write_profile(profile, output)
@@ -312,6 +341,34 @@ def _network(
                 err=True,
             )
     return {"intra_node": found}
+
+
+def _inter_node(
+    sizes: Sequence[int], warmup: int, repeats: int, cuda: bool, echo: Echo
+) -> dict[str, dict[int, BandwidthFit]]:
+    """The collectives between the nodes torchrun started, one process on each: p2p between
+    ranks 0 and 1, all-reduce and all-gather over all of them."""
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    echo(f"hetc: measuring the collectives between {world} nodes (rank {rank}) ...", err=True)
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=GROUP_DEADLINE_S))
+    try:
+        seconds = collectives.sweep(
+            sizes, warmup=warmup, repeats=repeats, rank=rank, devices=world, cuda=cuda
+        )
+    finally:
+        dist.destroy_process_group()
+    found = collectives.fits(seconds, sizes, world, per_node=1)
+    for collective, by_key in found.items():
+        for fit in by_key.values():
+            low, high = fit.points[0], fit.points[-1]
+            echo(
+                f"hetc: {collective} between {world} nodes: {_rate(low[1])} at {_size(low[0])}"
+                f" .. {_rate(high[1])} at {_size(high[0])}; fit residual {fit.residual:.1%}",
+                err=True,
+            )
+    return found
 
 
 def _spread(layers: int, per_kind: Sequence[Any]) -> dict[int, Any]:
