@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from workspace import SAILOR_DATA
 
-from hetc.catalog import ModelArchitecture, models
+from hetc.catalog import ModelArchitecture, devices, models
 from hetc.costmodel.memory import (
+    CPU_OVERHEAD,
     DEEPSPEED_LAYOUT,
     FrameworkOverhead,
     MemoryBreakdown,
@@ -19,6 +21,7 @@ from hetc.costmodel.memory import (
     block_parameters_per_rank,
     bytes_per_parameter,
     check_fits,
+    default_overhead,
     embedding_parameters_per_rank,
     head_parameters_per_rank,
     largest_parameter_per_rank,
@@ -559,3 +562,13 @@ def test_against_sailor_layer_memory(
     record_property(f"{name}_activation_residual_pct", residuals)
     # Not a calibration target: pin only that the model is in the measured ballpark.
     assert all(-50 < r < 50 for r in residuals.values())
+
+
+def test_default_overhead_is_cuda_for_gpus_and_none_for_cpus() -> None:
+    """A CPU rank's prediction is its tensors (what the runtime measures there): no CUDA
+    context, no allocator slack; a GPU keeps the documented default."""
+    gpu = devices()["A100-40GB"]
+    cpu = replace(gpu, name="CPU", kind="cpu")
+    assert default_overhead(gpu) == FrameworkOverhead()
+    assert default_overhead(cpu) == CPU_OVERHEAD
+    assert CPU_OVERHEAD.fixed_bytes == 0 and CPU_OVERHEAD.fragmentation == 0
