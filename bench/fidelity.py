@@ -13,7 +13,8 @@ cores (no oversubscription): plans of more ranks are excluded and listed. Iterat
 the median of the steps after `--warmup` (the steps where the CPU memory tracker runs, 0 and
 1, are excluded: its dispatch mode slows them); peak memory is step 1's (the first step after
 the optimizer state exists), every live tensor storage counted, as `hetc.runtime.metrics`
-describes. On a GPU (`--device-name` of a catalog GPU) time and memory come from CUDA.
+describes. The plans are CPU plans (a `kind: cpu` device, gloo): no GPU variant has been run
+yet (no GPU was available to the session that wrote this; docs/profile.md).
 
 Usage: python bench/fidelity.py [--steps N] [--warmup N] [--work DIR] [--profile FILE]
 """
