@@ -26,6 +26,8 @@ def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
             "4",
             "--warmup",
             "2",
+            "--runs",
+            "1",
             "--work",
             str(tmp_path),
         ],

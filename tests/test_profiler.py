@@ -132,13 +132,16 @@ def test_profile_lists_every_layer_and_point_with_sane_times_and_memory(tmp_path
     block = memory[1].activation_bytes
     assert block[1] >= SEQ * HIDDEN * 4
     assert block[2] == pytest.approx(2 * block[1], rel=0.1)
-    weights = sum(memory[i].weight_bytes for i in INDEX.values())
-    kept = sum(memory[i].activation_bytes[1] for i in INDEX.values())
+    # The profiled step runs the embedding, a chain of both blocks (their state is far below
+    # any cache) and the output end; per block, the profile lists the chain's average.
+    chain = [memory[0], memory[1], memory[1], memory[LAYERS + 1]]
+    weights = sum(m.weight_bytes for m in chain)
+    kept = sum(m.activation_bytes[1] for m in chain)
     # Weights, gradients, AdamW's two moments and the flat copy the runtime sums gradients in
     # are all alive at the update; weights, the moments and every activation at the end of
     # the forward; at most all of it at once.
     peak = profile.peak_bytes[1][1]
-    widest = max(memory[i].weight_bytes for i in INDEX.values())  # one layer's flat copy
+    widest = max(m.weight_bytes for m in chain)  # one layer's flat copy
     assert max(4 * weights + widest, 3 * weights + kept) <= peak <= 5 * weights + 2 * kept
 
     meta = profile.meta
@@ -311,3 +314,28 @@ def test_started_on_two_nodes_rank_0_writes_the_inter_node_fits(tmp_path: Path) 
     crowded = {**environments[0], "LOCAL_WORLD_SIZE": "2"}
     refused = subprocess.run(command, env=crowded, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and "run one per node" in refused.stderr
+
+
+def test_the_block_chain_outgrows_the_cache() -> None:
+    """Twice the cache in state, at most the model's blocks, at least one."""
+    from hetc.profiler.layers import STATE_BYTES_PER_PARAMETER, chain_length
+
+    per_block = 1_000_000
+    state = per_block * STATE_BYTES_PER_PARAMETER
+    assert chain_length(per_block, 32, cache_bytes=4 * state) == 8
+    assert chain_length(per_block, 32, cache_bytes=state // 4) == 1
+    assert chain_length(per_block, 3, cache_bytes=10 * state) == 3
+    assert chain_length(per_block, 32, cache_bytes=state + 1) == 3
+
+
+def test_the_cpu_cache_is_read_from_sysfs_when_it_says() -> None:
+    from hetc.profiler.layers import last_level_cache_bytes
+
+    found = last_level_cache_bytes(torch.device("cpu"))
+    sysfs = Path("/sys/devices/system/cpu/cpu0/cache")
+    sizes = [e.read_text().strip() for e in sysfs.glob("index*/size")] if sysfs.is_dir() else []
+    if sizes:
+        largest = max(int(t[:-1]) * (1024 if t[-1] == "K" else 1024**2) for t in sizes)
+        assert found == largest
+    else:
+        assert found == 32 * 1024 * 1024

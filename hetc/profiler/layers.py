@@ -9,7 +9,10 @@ each forward under the runtime's autocast (fp32 masters, bf16/fp16 compute), the
 loss scaled by `loss scale / tokens per global batch` and backpropagated alone, each earlier
 stage given its successor's input gradient (`torch.autograd.backward([out], [grad])`), then
 each stage's optimizer step. The blocks of the runtime's GPT are identical, so one block
-stands for all of them.
+stands for all of them; it is timed as a chain of `chain_length` blocks and divided by their
+number, so that, as in a stage of many blocks, a block's weights, gradients and optimizer
+state are not still in the last-level cache from its previous run (a single small block's
+state fits in a CPU's L3 and measured ~13% faster than it ran in a stage; bench/fidelity.py).
 
 Timed iterations are the runtime's steady state, not a fresh start: gradients are kept from
 one iteration to the next, so every timed backward adds into existing gradients as the second
@@ -39,6 +42,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -166,8 +170,36 @@ class _Kept:
             self.kept[kind] = self.allocated() - before
 
 
+STATE_BYTES_PER_PARAMETER = 16
+"""fp32 weight, gradient and two optimizer moments: what a block's update and backward touch."""
+
+
+def last_level_cache_bytes(device: torch.device) -> int:
+    """The cache a block's state must not fit in to be timed as in a stage: a GPU's L2, a
+    CPU's largest cache level (sysfs); 32 MiB where neither says."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).L2_cache_size)
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        try:
+            text = entry.read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if text[:-1].isdigit() and text[-1] in "KM":
+            sizes.append(int(text[:-1]) * (1024 if text[-1] == "K" else 1024 * 1024))
+    return max(sizes, default=32 * 1024 * 1024)
+
+
+def chain_length(block_parameters: int, layers: int, cache_bytes: int) -> int:
+    """Blocks to time together: enough that their state is twice the cache (so each block's
+    comes from memory, as in a stage of many), at most the model's blocks."""
+    state = max(1, block_parameters * STATE_BYTES_PER_PARAMETER)
+    return max(1, min(layers, math.ceil(2 * cache_bytes / state)))
+
+
 class _Layers:
-    """The three kinds as one-layer stages of this TP rank, with their optimizers."""
+    """The three kinds as stages of this TP rank (the block kind a chain of `self.chain`
+    blocks), with their optimizers."""
 
     def __init__(
         self, task: LayerTask, group: Group, tp_size: int, tp_rank: int, device: torch.device
@@ -175,9 +207,16 @@ class _Layers:
         training = task.training
         config = ModelConfig.from_dict(training["model"])
         tail = ["final-norm", "head"] + (["token-table-copy"] if config.tied_embeddings else [])
+        one_block = StageModule(config, 0, 1, [], group, tp_size, tp_rank, training["seed"])
+        self.chain = chain_length(
+            sum(p.numel() for p in one_block.parameters()),
+            config.layers,
+            last_level_cache_bytes(device),
+        )
+        del one_block
         cuts: list[tuple[int, int, list[str]]] = [
             (0, 0, ["embedding"]),
-            (0, 1, []),
+            (0, self.chain, []),
             (config.layers, config.layers, tail),
         ]
         self.modules = [
@@ -363,6 +402,15 @@ def measure(
         runs = [_memory(layers, micro, step) for step in range(first, first + MEMORY_ITERATIONS)]
         kept[micro] = [min(run[0][k] for run in runs) for k in range(len(KINDS))]
         peaks[micro] = max(run[1] for run in runs)
+    k = layers.chain
+    weights[BLOCK] //= k
+    for micro in task.microbatches:
+        times[micro][BLOCK] = (
+            times[micro][BLOCK][0] / k,
+            times[micro][BLOCK][1] / k,
+            times[micro][BLOCK][2] / k,
+        )
+        kept[micro][BLOCK] //= k
     return RankMeasurement(
         times=times, weight_bytes=weights, activation_bytes=kept, peak_bytes=peaks
     )
