@@ -279,12 +279,14 @@ def test_stage_activations_by_hand() -> None:
 
 def test_a_stage_before_the_head_keeps_its_output_per_microbatch() -> None:
     """No head: blocks plus the stage's output e*sbh per in-flight microbatch (what it sends
-    on and must get the gradient of), and no logits gradient."""
+    on and must get the gradient of), no logits gradient, and, not being first, three fp32
+    boundary buffers once."""
     s, b, h = 64, 2, 64
     per_layer = layer_activation_bytes(TINY, 0, seq_len=s, microbatch=b, tp=1, precision="fp16")
     shape = stage(microbatch=b, in_flight=3, has_embedding=False, has_head=False)
     got = stage_activation_bytes(TINY, shape, seq_len=s, precision="fp16", checkpointing=False)
-    assert got == 3 * (2 * per_layer + 2 * s * b * h)
+    boundaries = 3 * 4 * s * b * h  # receive buffer, its concatenation, a gradient sent back
+    assert got == 3 * (2 * per_layer + 2 * s * b * h) + boundaries
 
 
 def test_checkpointing_keeps_layer_inputs_plus_one_recompute() -> None:
@@ -294,7 +296,8 @@ def test_checkpointing_keeps_layer_inputs_plus_one_recompute() -> None:
     shape = stage(first_block=0, end_block=4, has_embedding=False, has_head=False, in_flight=3)
     full = layer_activation_bytes(OPT_350, 0, seq_len=s, microbatch=b, tp=1, precision="fp16")
     got = stage_activation_bytes(OPT_350, shape, seq_len=s, precision="fp16", checkpointing=True)
-    assert got == 3 * 5 * 2 * s * b * 1024 + (full - 2 * s * b * 1024)
+    boundaries = 3 * 4 * s * b * 1024  # fp32 receive buffer, concatenation, gradient sent
+    assert got == 3 * 5 * 2 * s * b * 1024 + (full - 2 * s * b * 1024) + boundaries
 
 
 # ---------------------------------------------------------------- buckets, overhead, phases

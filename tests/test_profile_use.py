@@ -168,7 +168,8 @@ def test_measured_activations_and_bandwidth_are_what_the_simulator_uses(tmp_path
     logits_gradient = 4 * 32 * 512
     tokens = 2 * 8 * 32  # a microbatch's int64 ids and targets: in flight, and one more
     assert first == pytest.approx(2 * 3 * mib + 3 * tokens)
-    assert last == pytest.approx(7 * mib + received + logits_gradient + 2 * tokens)
+    boundaries = 3 * received  # receive buffer, its concatenation, a gradient sent back
+    assert last == pytest.approx(7 * mib + received + logits_gradient + 2 * tokens + boundaries)
     assert first != next(r.memory.activations for r in without.ranks)
     boundary = 1 * 32 * 64 * 4
     expected_send = INTRA_NODE_LATENCY + boundary / 1e9

@@ -602,6 +602,14 @@ RECEIVED_BYTES: Final = 4
 """hetc's runtime sends and receives stage boundaries in fp32 whatever the precision."""
 
 
+BOUNDARY_TRANSIENTS: Final = 3
+"""Boundary-sized fp32 buffers a stage after the first holds around a backward, besides its
+inputs: the chunks received for the next forward and their concatenation
+(`StageTrainer._receive_full`), and the input gradient being sent back while the previous
+one may still be in flight. Counted once; leaving them out under-predicted such stages by
+about three boundaries (bench/fidelity.py)."""
+
+
 def received_input_bytes(arch: ModelArchitecture, *, seq_len: int, microbatch: int) -> float:
     """A later stage's input as received, fp32 s*b*h, kept per in-flight microbatch (with
     measured layer activations, which count outputs, not inputs)."""
@@ -661,6 +669,8 @@ def stage_activation_bytes(
         per_microbatch = float(sum(measured))
         if not stage.has_embedding:
             per_microbatch += received_input_bytes(arch, seq_len=seq_len, microbatch=b)
+    if not stage.has_embedding:
+        once += BOUNDARY_TRANSIENTS * received_input_bytes(arch, seq_len=seq_len, microbatch=b)
     # The recomputed block's first norm input *is* its stored checkpoint: count it once.
     recompute = max(full) - e * seq_len * b * arch.hidden if checkpointing and full else 0.0
     return stage.in_flight * per_microbatch + recompute + once
@@ -792,6 +802,7 @@ def check_fits(breakdown: MemoryBreakdown, capacity: float, rank: str) -> str | 
 
 
 __all__ = [
+    "BOUNDARY_TRANSIENTS",
     "CPU_OVERHEAD",
     "DEEPSPEED_LAYOUT",
     "OPTIMIZER_STATES",

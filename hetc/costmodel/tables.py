@@ -41,6 +41,7 @@ from hetc.catalog import DeviceType, ModelArchitecture
 from hetc.costmodel.compute import ComputeModel, LayerKind
 from hetc.costmodel.memory import (
     ACTIVATION_BYTES,
+    BOUNDARY_TRANSIENTS,
     DEEPSPEED_LAYOUT,
     FALLBACK_ALLREDUCE_ELEMENTS,
     OPTIMIZER_STATES,
@@ -111,6 +112,8 @@ class StageTables:
     stage_input: int
     """With measured activations (which do not count inputs), the input a stage after the
     first keeps per in-flight microbatch (`memory.received_input_bytes`); else 0."""
+    boundary_transient: int
+    """Once, on a stage after the first: `memory.BOUNDARY_TRANSIENTS` received-input sizes."""
     head_backward: int
     """The logits' gradient, alive once in the head's backward (`memory.head_backward_bytes`)."""
     tokens: int
@@ -298,6 +301,9 @@ def build_stage_tables(
         activations=[0, *accumulate(acts)],
         stage_output=output,
         stage_input=received,
+        boundary_transient=int(
+            BOUNDARY_TRANSIENTS * received_input_bytes(arch, seq_len=seq_len, microbatch=microbatch)
+        ),
         head_backward=int(head_backward_bytes(arch, seq_len=seq_len, microbatch=microbatch, tp=tp)),
         tokens=int(token_bytes(seq_len=seq_len, microbatch=microbatch)),
         end_gradient=largest_parameter_per_rank(arch, end_shape) * whole_gradient,
@@ -394,7 +400,7 @@ def peak_memory(t: StageTables, first: int, end: int, dp: int, in_flight: int) -
     acts = in_flight * (t.activations[end] - t.activations[first])
     acts += t.head_backward if end == t.layers else in_flight * t.stage_output
     if first > 0:
-        acts += in_flight * t.stage_input
+        acts += in_flight * t.stage_input + t.boundary_transient
     if t.checkpointing and end > first:
         k = (end - first).bit_length() - 1
         row = t.recompute_max[k]
