@@ -212,3 +212,23 @@ def test_missing_peer_fails_within_the_timeout(tmp_path: Path) -> None:
             "hetc-runtime: start-up failed: joining the other processes failed (timeout 10 s): "
         )
         assert "Traceback" not in outcome.stderr
+
+
+def test_installed_hetc_version_is_the_distributions() -> None:
+    """The version a rank announces is the installed distribution's, as pip records it."""
+    import importlib.metadata
+
+    from hetc.runtime.startup import installed_hetc_version
+
+    assert installed_hetc_version() == importlib.metadata.version("hetc")
+
+
+def test_chunk_groups_reads_shard_names() -> None:
+    """`dp/stage<i>/shard<c>of<C>` names give chunk c -> (C, its group)."""
+    from hetc.runtime.train import chunk_groups
+
+    groups = {"dp/stage1/shard0of2": "g0", "dp/stage1/shard1of2": "g1", "tp/x": "t"}
+    assert chunk_groups(["dp/stage1/shard1of2", "dp/stage1/shard0of2"], groups) == {
+        0: (2, "g0"),
+        1: (2, "g1"),
+    }

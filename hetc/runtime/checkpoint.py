@@ -79,7 +79,7 @@ from torch import Tensor
 
 from hetc.runtime.data import DataError, DataPosition
 from hetc.runtime.model import ParamSpec, shard
-from hetc.runtime.startup import CHECKPOINT_REQUEST, _hetc_version, checkpoint_requested
+from hetc.runtime.startup import CHECKPOINT_REQUEST, checkpoint_requested, installed_hetc_version
 from hetc.runtime.train import TOKEN_TABLE, StageTrainer, TrainingError
 
 FORMAT = 1
@@ -188,7 +188,7 @@ class Checkpointer:
             "format": FORMAT,
             "step": step,
             "data_position": trainer.data.position(step).to_json(),
-            "hetc_version": _hetc_version(),
+            "hetc_version": installed_hetc_version(),
             "model": trainer.training["model"],
             "optimizer": _update_rule(trainer),
             "plan_hash": trainer.rank_file["plan_hash"],

@@ -59,7 +59,7 @@ from hetc.runtime.model import DropoutKey
 from hetc.runtime.train import (
     TOKEN_TABLE,
     TrainingError,
-    _chunk_groups,
+    chunk_groups,
     make_optimizer,
     square_norm,
 )
@@ -355,7 +355,7 @@ class StageEngine:
         whole = table.get_full_hp_grad()
         if t.rank_file["replica"] != 0:
             whole.zero_()
-        tied = _chunk_groups(t.rank_file["tied_embedding"], t.started.groups)
+        tied = chunk_groups(t.rank_file["tied_embedding"], t.started.groups)
         t._sum_sharded(whole, t.specs[TOKEN_TABLE], tied)
         table.set_full_hp_grad(whole)
 

@@ -94,7 +94,7 @@ def start(out_dir: Path, *, timeout: float) -> Startup:
         node,
         local_rank,
         None if local.cluster is None else local.cluster["plan_hash"],
-        _hetc_version(),
+        installed_hetc_version(),
         local.problem,
     )
     announcements = _all_gather(mine, "exchanging who each process is", timeout)
@@ -241,7 +241,7 @@ def _all_gather(item: T, what: str, timeout: float) -> list[T]:
     return gathered
 
 
-def _hetc_version() -> str:
+def installed_hetc_version() -> str:
     """The installed hetc's version (the runtime reads hetc only through hetc.plan, so not
     `hetc.__version__`); a node with another hetc installed must not join the job."""
     try:

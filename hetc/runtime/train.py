@@ -428,7 +428,7 @@ class StageTrainer:
         ring over the stage's gradient bytes assumes: per-tensor calls pay the latency of
         every small norm and bias. Then replicated gradients are broadcast over TP, and the
         tied token table is summed."""
-        dp_groups = _chunk_groups(self.rank_file["data_parallel"], self.started.groups)
+        dp_groups = chunk_groups(self.rank_file["data_parallel"], self.started.groups)
         per_rank = next(iter(dp_groups.values()))[0] // self.tp_size
         pieces: dict[int, list[Tensor]] = defaultdict(list)
         replicated: list[Tensor] = []
@@ -451,7 +451,7 @@ class StageTrainer:
             source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
             _flat_collective(replicated, partial(dist.broadcast, src=source, group=self.tp_group))
         if self._tied():
-            tied = _chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
+            tied = chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
             parameter = self.parameters[TOKEN_TABLE]
             self._sum_sharded(_grad(parameter), self.specs[TOKEN_TABLE], tied)
 
@@ -531,7 +531,7 @@ def _grad(parameter: Tensor) -> Tensor:
     return parameter.grad
 
 
-def _chunk_groups(names: Sequence[str], groups: Mapping[str, Any]) -> dict[int, tuple[int, Any]]:
+def chunk_groups(names: Sequence[str], groups: Mapping[str, Any]) -> dict[int, tuple[int, Any]]:
     """chunk index -> (chunk count, group) from names like `dp/stage1/shard2of4`."""
     found = {}
     for name in names:
