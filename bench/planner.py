@@ -396,11 +396,7 @@ def print_quality(verdicts: list[Verdict]) -> None:
         "(Sailor predicted: Sailor's own simulator, for reference only; the verdict compares"
         " iteration time, or USD per iteration for min_cost, under hetc's model.)"
     )
-    print("Stages (blocks, devices) of each plan, hetc's first:")
-    for v in verdicts:
-        for who, plan in (("hetc", v.hetc), ("Sailor", v.sailor)):
-            if plan is not None:
-                print(f"  {v.name:<24} {who:<6} {plan['layout']}")
+    _print_layouts(verdicts)
 
 
 def perturbed_row(name: str, runs: list[tuple[list[list[float]], Run]]) -> list[str]:
@@ -459,11 +455,7 @@ def print_with_profiles(
         " analytical. Sailor predicted from these same measurements, with its own pipeline"
         " formula.)"
     )
-    print("Stages (blocks, devices) of each plan, hetc's first:")
-    for v in verdicts:
-        for who, plan in (("hetc", v.hetc), ("Sailor", v.sailor)):
-            if plan is not None:
-                print(f"  {v.name:<24} {who:<6} {plan['layout']}")
+    _print_layouts(verdicts)
 
 
 # -- the qualitative checks -------------------------------------------------------------------
@@ -591,6 +583,14 @@ def _plan_line(run: Run) -> str:
 
 
 # -- main ---------------------------------------------------------------------------------------
+
+
+def _print_layouts(verdicts: list[Verdict]) -> None:
+    print("Stages (blocks, devices) of each plan, hetc's first:")
+    for v in verdicts:
+        for who, plan in (("hetc", v.hetc), ("Sailor", v.sailor)):
+            if plan is not None:
+                print(f"  {v.name:<24} {who:<6} {plan['layout']}")
 
 
 def main() -> None:

@@ -29,7 +29,9 @@ pipelines more microbatches, so its closed form is at most T wherever transfers 
 replicas that share a node are no slower than over the network (true of GPUs, whose NVLink or
 PCIe beats the NIC; the simulator prices such hops on the intra-node link, which for a CPU
 process's shared memory may be slower). For one kind per stage on distinct nodes the two are
-equal. T depends on the counts only through which kinds are used, so it can be minimised
+equal (hops between nodes of one device in one zone that the device's profile measured are
+priced by the measurement, `LayerProfile.between_nodes`, in both). T depends on the counts
+only through which kinds are used, so it can be minimised
 over sets, and money only through node counts:
 
     nodes_pool = ceil(sum of count x tp over the pool's kinds / gpus_per_node)
@@ -61,11 +63,17 @@ from hetc.costmodel.memory import (
     stage_parameters_per_rank,
     tied_table_parameters_per_rank,
 )
-from hetc.costmodel.network import link_between, ring_all_reduce_time, send_time
+from hetc.costmodel.network import (
+    FLAT,
+    MessageSizeCurve,
+    link_between,
+    ring_all_reduce_time,
+    send_time,
+)
 from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.tables import StageTables, build_stage_tables, peak_memory
 from hetc.plan.settings import reduce_bucket_elements
-from hetc.schema.spec import Pool, Spec, Zone
+from hetc.schema.spec import LinkClass, Pool, Spec, Zone
 
 __all__ = [
     "Assignment",
@@ -198,6 +206,7 @@ class PlanningModel:
         self.mixed_tp_allowed = training.zero_stage == 0
         """Capability matrix: replicas of different TP share a stage only without ZeRO."""
         self._profiles = {p.device: p for p in profiles}
+        self._links: dict[tuple[int, int, int], tuple[LinkClass, MessageSizeCurve, float]] = {}
         self._overhead = overhead
         pools = [(z, p) for z in spec.zones for p in z.pools]
         self.pools = tuple(PoolSlot(i, z, p) for i, (z, p) in enumerate(pools))
@@ -304,10 +313,27 @@ class PlanningModel:
     def activation_bytes(self, microbatch: int) -> float:
         return float(microbatch * self.spec.training.seq_len * self.arch.hidden * self.element)
 
+    def _measured_link(
+        self, pool_a: int, pool_b: int, flows: int
+    ) -> tuple[LinkClass, MessageSizeCurve, float]:
+        """The link between nodes of two pools, its curve and NIC rate: the spec's, or where
+        both pools are one device in one zone and its profile measured the link between
+        nodes, the measurement (`LayerProfile.between_nodes`, as the simulator prices it)."""
+        key = (pool_a, pool_b, flows)
+        if key not in self._links:
+            za, zb, nic = self._link(pool_a, pool_b)
+            link = link_between(self.spec.network, za, zb)
+            a, b = self.pools[pool_a].pool, self.pools[pool_b].pool
+            profile = self._profiles.get(a.device)
+            measured = None
+            if za.name == zb.name and a.device == b.device and profile is not None:
+                measured = profile.between_nodes(link, flows)
+            self._links[key] = (link, FLAT, nic) if measured is None else (*measured, nic)
+        return self._links[key]
+
     def _send(self, pool_a: int, pool_b: int, microbatch: int) -> float:
-        za, zb, nic = self._link(pool_a, pool_b)
-        link = link_between(self.spec.network, za, zb)
-        return send_time(self.activation_bytes(microbatch), link, nic_bandwidth=nic)
+        link, curve, nic = self._measured_link(pool_a, pool_b, 1)
+        return send_time(self.activation_bytes(microbatch), link, nic_bandwidth=nic, curve=curve)
 
     def gradient_bytes(self, stage_key: StageKey, tp: int) -> float:
         """Per-TP-rank gradient bytes of a stage; stage_key = (first_block, end_block,
@@ -330,22 +356,22 @@ class PlanningModel:
         """Ring all-reduce of the stage's gradients over `dp` ranks when every hop is as slow
         as the one between kinds a and b."""
         ka, kb = self.kinds[kind_a], self.kinds[kind_b]
-        za, zb, nic = self._link(ka.pool, kb.pool)
-        link = link_between(self.spec.network, za, zb)
+        flows = max(ka.tp, kb.tp)
+        link, curve, nic = self._measured_link(ka.pool, kb.pool, flows)
         return ring_all_reduce_time(
             self.gradient_bytes(stage_key, min(ka.tp, kb.tp)),
             dp,
             link,
-            flows_on_nic=max(ka.tp, kb.tp),
+            flows_on_nic=flows,
             nic_bandwidth=nic,
+            curve=curve,
         )
 
     def _tied(self, kind_first: int, kind_last: int) -> float:
         ka, kb = self.kinds[kind_first], self.kinds[kind_last]
-        za, zb, nic = self._link(ka.pool, kb.pool)
-        link = link_between(self.spec.network, za, zb)
+        link, curve, nic = self._measured_link(ka.pool, kb.pool, 1)
         nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.element
-        return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic)
+        return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
 
     def _egress_price(self, pool_a: int, pool_b: int) -> float:
         """USD per byte from pool a's zone to pool b's (0 within a zone)."""

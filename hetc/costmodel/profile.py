@@ -65,10 +65,11 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hetc.costmodel.network import LogQuadraticCurve
+from hetc.costmodel.network import LogQuadraticCurve, MessageSizeCurve
+from hetc.schema.spec import LinkClass
 
 HETC_FORMAT = "hetc-layer-profile"
 HETC_VERSION = 2
@@ -201,6 +202,21 @@ class LayerProfile:
         if not fits:
             return None
         return fits[min(fits, key=lambda n: (abs(n - devices), -n))]
+
+    def between_nodes(
+        self, link: LinkClass, flows: int
+    ) -> tuple[LinkClass, MessageSizeCurve] | None:
+        """The spec's `link` between two nodes of this device in one zone, as measured: one
+        flow's share of the inter-node point-to-point fit nearest `flows` devices per node
+        (the fit's peak is theirs together), at the link's latency, with the fit's curve;
+        None when that was not measured. The simulator and the planner both price such hops
+        through this, so they agree."""
+        fits = self.network.get("inter_node", {}).get("p2p", {})
+        if not fits:
+            return None
+        devices = min(fits, key=lambda n: (abs(n - flows), -n))
+        fit = fits[devices]
+        return replace(link, bandwidth=fit.peak / devices), fit.curve()
 
     def to_json(self) -> dict[str, object]:
         """The hetc spelling of this profile (see the module docstring)."""

@@ -241,33 +241,19 @@ class _Context:
         spec_link = link_between(
             self.spec.network, self.zones[node_a.zone], self.zones[node_b.zone]
         )
-        if node_a.zone == node_b.zone and a.device == b.device:
-            found = self.measured_devices(a, "inter_node", "p2p", flows)
-            if found is not None:
-                fit, devices = found
-                per_flow = replace(spec_link, bandwidth=fit.peak / devices)
-                return per_flow, nic, fit.curve()
+        profile = self.profiles.get(a.device)
+        if node_a.zone == node_b.zone and a.device == b.device and profile is not None:
+            between = profile.between_nodes(spec_link, flows)
+            if between is not None:
+                return between[0], nic, between[1]
         return spec_link, nic, FLAT
 
     def measured(
         self, replica: Replica, scope: str, collective: str, devices: int
     ) -> BandwidthFit | None:
         """The device profile's fit for `collective` in `scope` nearest `devices`, if any."""
-        found = self.measured_devices(replica, scope, collective, devices)
-        return None if found is None else found[0]
-
-    def measured_devices(
-        self, replica: Replica, scope: str, collective: str, devices: int
-    ) -> tuple[BandwidthFit, int] | None:
-        """`measured` and the group size the fit was measured at."""
         profile = self.profiles.get(replica.device)
-        if profile is None:
-            return None
-        fit = profile.bandwidth(scope, collective, devices)
-        if fit is None:
-            return None
-        sizes = profile.network[scope][collective]
-        return fit, next(n for n, f in sizes.items() if f is fit)
+        return None if profile is None else profile.bandwidth(scope, collective, devices)
 
     def activation_bytes(self) -> float:
         """One microbatch's hidden states at a stage boundary (sent once, not per TP rank)."""
