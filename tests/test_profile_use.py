@@ -323,3 +323,21 @@ def test_an_inter_node_fit_replaces_the_spec_link_between_nodes_of_one_zone(
     moved = (2 + 7) * boundary + 2 * (512 * 64 * 4 / 2)
     assert change == pytest.approx(moved * per_byte, rel=1e-6)
     assert spec_link.bandwidth != 2e9
+
+
+def test_a_missing_or_broken_profile_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A missing --profile: exit 4 with a fix, no traceback; malformed JSON: exit 1 naming
+    file:line:col; either way nothing is written."""
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    out = tmp_path / "out"
+    missing = runner.invoke(
+        app, ["compile", str(tmp_path / "spec.yaml"), "-o", str(out), "--profile", "no.json"]
+    )
+    assert missing.exit_code == 4
+    assert "cannot read the profile no.json" in missing.stderr and "To fix:" in missing.stderr
+    assert "Traceback" not in missing.output
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format":\n  oops}')
+    bad = runner.invoke(app, ["plan", str(tmp_path / "spec.yaml"), "--profile", str(broken)])
+    assert bad.exit_code == 1 and f"{broken}:2:3: not valid JSON" in bad.output
+    assert not out.exists()

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hetc.costmodel.network import LogQuadraticCurve, MessageSizeCurve
+from hetc.schema.diagnostics import EnvironmentProblem
 from hetc.schema.spec import LinkClass
 
 HETC_FORMAT = "hetc-layer-profile"
@@ -537,7 +538,16 @@ def read_profile(
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ProfileError(f"{path}: not valid JSON ({exc})") from exc
+        raise ProfileError(
+            f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg}); a profile is"
+            " what `hetc profile measure` or `hetc profile import` writes"
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise EnvironmentProblem(
+            f"cannot read the profile {path}: {reason}",
+            "pass an existing profile file (paths in `profiles:` are relative to the spec)",
+        ) from None
     return parse_profile(
         data, model=model, device=device, precision=precision, seq_len=seq_len, source=str(path)
     )
