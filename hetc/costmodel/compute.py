@@ -513,12 +513,39 @@ class ComputeModel:
         layers = self.layers()
         if not 0 <= index < len(layers):
             raise IndexError(f"layer {index} out of range (the model has {len(layers)})")
-        if self.profile is not None:
-            measured = self.profile.lookup(microbatch, tp, index)
-            if measured is not None:
-                fwd, bwd, upd = measured
-                if self.activation_checkpointing:
-                    bwd += fwd
-                return LayerTimes(fwd, bwd, upd)
+        measured = self._measured(index, microbatch, tp)
+        if measured is not None:
+            return measured
         block = sum(1 for kinds in layers[:index] if "block" in kinds)
         return self.estimate(layers[index], microbatch, tp, block)
+
+    def all_layer_times(self, microbatch: int, tp: int = 1) -> list[LayerTimes]:
+        """`layer_times` of every layer in order. The formula's estimate is computed once per
+        distinct layer (its kinds, and for a block whether its attention is local) and
+        shared: the planner builds these for every (device, TP, microbatch) it considers."""
+        estimates: dict[tuple[object, ...], LayerTimes] = {}
+        out = []
+        block = 0
+        for index, kinds in enumerate(self.layers()):
+            times = self._measured(index, microbatch, tp)
+            if times is None:
+                key = (kinds, _is_local(self.arch, block) if "block" in kinds else None)
+                times = estimates.get(key)
+                if times is None:
+                    times = self.estimate(kinds, microbatch, tp, block)
+                    estimates[key] = times
+            out.append(times)
+            if "block" in kinds:
+                block += 1
+        return out
+
+    def _measured(self, index: int, microbatch: int, tp: int) -> LayerTimes | None:
+        if self.profile is None:
+            return None
+        measured = self.profile.lookup(microbatch, tp, index)
+        if measured is None:
+            return None
+        fwd, bwd, upd = measured
+        if self.activation_checkpointing:
+            bwd += fwd
+        return LayerTimes(fwd, bwd, upd)

@@ -221,6 +221,8 @@ class PlanningModel:
         self.fits = cache(self._fits)
         self.send = cache(self._send)
         self.ring = cache(self._ring)
+        self.gradient_bytes = cache(self._gradient_bytes)
+        """Per-TP-rank gradient bytes of a stage (`_gradient_bytes`), cached."""
         self.tied = cache(self._tied)
         self.egress_price = cache(self._egress_price)
 
@@ -335,7 +337,7 @@ class PlanningModel:
         link, curve, nic = self._measured_link(pool_a, pool_b, 1)
         return send_time(self.activation_bytes(microbatch), link, nic_bandwidth=nic, curve=curve)
 
-    def gradient_bytes(self, stage_key: StageKey, tp: int) -> float:
+    def _gradient_bytes(self, stage_key: StageKey, tp: int) -> float:
         """Per-TP-rank gradient bytes of a stage; stage_key = (first_block, end_block,
         is_first, is_last), as `stage_key` returns."""
         first_block, end_block, is_first, is_last = stage_key

@@ -226,7 +226,7 @@ def build_stage_tables(
         ) from None
 
     n = len(layout)
-    times = [compute.layer_times(i, microbatch, tp) for i in range(n)]
+    times = compute.all_layer_times(microbatch, tp)
 
     block_params = block_parameters_per_rank(arch, tp)
     head_alone = head_parameters_per_rank(arch, tp, holds_embedding=False)

@@ -39,16 +39,20 @@ one kind or one H6 region-wide set per stage, at most two per pipeline, min-max 
 stopping when the objective stops improving), `one-region-stage` (H5: a stage's replicas in
 one region). bench/approximations.py measures what each costs in plan quality.
 
-Only the best candidate is proven best. `top` > 1 adds, per other signature (P, m and the
-devices of each stage), the best candidate the search scored: good alternatives, not
-proven second best. Ties are broken by the documented order in `Candidate.key`: objective,
+Only the best candidate is proven best. `top` K > 1 adds, per other signature (P, m and the
+devices of each stage), the best candidate the search scored; the bounds then prune against
+the K-th best signature rather than the best, so every candidate that could be among the K
+is still scored (the dominance rule of step 3 may still drop one: alternatives are good, not
+proven second best). Ties are broken by the documented order in `Candidate.key`: objective,
 then the other metric, rented devices, P, D, microbatch size, boundaries, assignment.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, pairwise
@@ -84,6 +88,9 @@ EXACT_COUNT_SPLITS = 20_000
 """Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
 
 Progress = Callable[[int, float, "Candidate | None"], None]
+
+Option = tuple[int, ...]
+"""A stage option of `kind-profiles`: replica kind indices sharing one device and TP."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -173,6 +180,7 @@ class _Search:
         self.total_devices = total
         self.best: dict[tuple[object, ...], Candidate] = {}
         self.ranked: list[Candidate] = []
+        self._kth = math.inf
         self.evaluations = 0
         self.greedy_counts = 0
         """Leaves whose counts came from the greedy (see `cheapest_counts`)."""
@@ -184,24 +192,38 @@ class _Search:
         self._sync_bound: dict[int, float] = {}
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._options: list[tuple[int, ...]] | None = None
-        self._quota_fits: dict[tuple[object, ...], bool] = {}
         self._combo_info: dict[
             tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]
         ] = {}
         self._cheapest = min((slot.pool.price for slot in model.pools), default=0.0)
         """USD per device-second of the cheapest pool: rate >= devices x this."""
         self._min_tp = min((k.tp for k in model.kinds), default=1)
+        self._tp_degrees = sorted({k.tp for k in model.kinds})
+        self._shape_terms: dict[tuple[int, int], tuple[float, float, float, float]] = {}
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
+        self._speeds: dict[int, tuple[dict[Option, float], list[Option]]] = {}
+        self._time_prefixes: dict[tuple[int, int], list[float]] = {}
+        self._memory_ends: dict[tuple[int, int, int, int, int], int] = {}
+        self._host_lists: dict[tuple[int, int], list[Option]] = {}
+        self._duals: dict[int, list[tuple[float, float]]] = {}
+        self._block_rings: dict[tuple[Option, int], float] = {}
+        self._block_egresses: dict[tuple[Option, int], float] = {}
+        self._boundary_egresses: dict[tuple[Option, Option, int], float] = {}
+        self._option_facts: dict[Option, tuple[int, int, float, int]] = {}
+        self._sends: dict[tuple[Option, Option, int], float] = {}
+        self._shares: dict[tuple[tuple[Option, ...], int], float] = {}
+        self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
+        self._stage_room: dict[tuple[Option, int], int] = {}
 
     # -- bounds ---------------------------------------------------------------------------
 
     def layer_best(self, mbs: int, max_tp: int) -> list[float]:
         """Prefix sums over the layer sequence of each layer's fastest time on any kind of TP
         at most `max_tp` (the largest a shape can afford in even one stage)."""
-        key = (mbs, max_tp)
+        key = (mbs, max((tp for tp in self._tp_degrees if tp <= max_tp), default=0))
         if key not in self._layer_best:
             model = self.model
-            kinds = [k for k in model.kinds if k.tp <= max_tp] or list(model.kinds)
+            kinds = [k for k in model.kinds if k.tp <= key[1]] or list(model.kinds)
             prefix = [0.0]
             for i in range(model.blocks + 2):
                 prefix.append(
@@ -292,15 +314,13 @@ class _Search:
         return self._sync_bound[dp] / stages
 
     def bound(self) -> float:
-        """The objective value a candidate must beat (or tie) to become the best."""
-        return self.ranked[0].value if self.ranked else float("inf")
+        """The objective value a candidate must beat (or tie) to matter: the best's, or with
+        `top` K > 1 the K-th best signature's (infinite until K are known), so that nothing
+        that could enter the top K is pruned."""
+        return self._kth
 
     def shape_bound(self, mbs: int, stages: int, dp: int) -> float:
-        prefix = self.layer_best(mbs, self.affordable_tp(stages, dp))
-        fill = prefix[-1]
-        worst_layer = max(prefix[i + 1] - prefix[i] for i in range(len(prefix) - 1))
-        work = self.device_work(mbs)[0][-1]
-        free = self.effective_devices(mbs, [0] * len(self.capacity))
+        fill, worst_layer, work, free = self._terms(mbs, self.affordable_tp(stages, dp))
         straggler = max(fill / stages, worst_layer, work * dp / free if free > 0 else 0.0)
         m = -(-(self.model.batch // mbs) // dp)
         t = fill + (m - 1) * straggler + self.sync_bound(stages, dp)
@@ -308,6 +328,23 @@ class _Search:
         if self.objective == "min_cost":
             bound = max(bound, self.work_cost(mbs))
         return bound
+
+    def _terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
+        """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
+        for `shape_bound`, cached: the first two depend on the TP cap only through the
+        largest TP degree under it."""
+        tp = max((t for t in self._tp_degrees if t <= max_tp), default=0)
+        terms = self._shape_terms.get((mbs, tp))
+        if terms is None:
+            prefix = self.layer_best(mbs, max_tp)
+            terms = (
+                prefix[-1],
+                max(prefix[i + 1] - prefix[i] for i in range(len(prefix) - 1)),
+                self.device_work(mbs)[0][-1],
+                self.effective_devices(mbs, [0] * len(self.capacity)),
+            )
+            self._shape_terms[mbs, tp] = terms
+        return terms
 
     def work_cost(self, mbs: int) -> float:
         """Cost >= the device-seconds every microbatch needs at the cheapest rate per unit of
@@ -515,132 +552,466 @@ class _Search:
     def option_time(self, option: tuple[int, ...], mbs: int, first: int, end: int) -> float:
         return self.model.stage_compute(option, mbs, first, end)
 
+    def _option_speeds(
+        self, mbs: int
+    ) -> tuple[dict[tuple[int, ...], float], list[tuple[int, ...]]]:
+        """Each option's whole-model time at `mbs`, and the options slowest first."""
+        cached = self._speeds.get(mbs)
+        if cached is None:
+            whole = self.model.blocks + 2
+            speed = {o: self.option_time(o, mbs, 0, whole) for o in self.stage_options()}
+            cached = (speed, sorted(speed, key=lambda o: (-speed[o], o)))
+            self._speeds[mbs] = cached
+        return cached
+
     def profiles(self, mbs: int, stages: int, dp: int) -> None:
-        """`kind-profiles`: enumerate profiles (options and their stage counts), bound each by
-        its fractional straggler, split the survivors greedily, score them exactly."""
+        """`kind-profiles`: a profile is a slower option on the first n stages and a faster
+        one on the rest (n = P: one option). Each gets a lower bound: the fill of the
+        fastest layers plus its own sends both ways, (m - 1) times its fractional straggler
+        1 / sum_i(1 / speed_i), and the larger of the shape's ring bound and the ring of one
+        block on each of its options (every stage holds a block); times the least rental
+        rate of its devices for min_cost. The feasible n of a pair come from its quotas in
+        O(1). The profiles are then split (`min_max_split`), timed, and scored exactly in
+        order of that bound, stopping at the first that cannot beat the incumbent."""
         model = self.model
-        options = self.stage_options()
-        whole = model.blocks + 2
-        speed = {o: self.option_time(o, mbs, 0, whole) for o in options}
-        ordered = sorted(options, key=lambda o: (-speed[o], o))
+        speed, _ = self._option_speeds(mbs)
         m1 = -(-(model.batch // mbs) // dp) - 1
         fill_lb = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
         sync_lb = self.sync_bound(stages, dp)
+        throughput = self.objective == "max_throughput"
         bound = self.bound()
-        hosts = [o for o in ordered if self._profile_fits_quota((o,), dp)]
-        alone = {o: fill_lb + m1 * speed[o] / stages + sync_lb for o in hosts}
-        useful = [o for o in hosts if not (self.objective == "max_throughput" and alone[o] > bound)]
-        profiles: list[tuple[tuple[int, ...], ...]] = [(o,) * stages for o in useful]
+        hosts = self._hosts(mbs, dp)
+        if not hosts:
+            return
+        most = self._most_capacity(mbs, stages, dp)
+        share = self._work_share(tuple(speed), mbs)
+        if throughput and most > 0 and fill_lb + m1 * share / most + sync_lb > bound:
+            return
+        costly = not throughput or self.budget is not None
+        if costly:
+            floor = self._cost_floor(fill_lb + sync_lb, m1 * share, stages, dp, hosts, mbs)
+            if (not throughput and floor > bound) or (
+                self.budget is not None and floor > self.budget
+            ):
+                return
+        queue: list[tuple[float, int, int, int, float, float]] = []
         for x, slow in enumerate(hosts):
-            for fast in hosts[x + 1 :]:
-                if self.objective == "max_throughput" and alone[fast] > bound:
+            for y in range(x, len(hosts)):
+                fast = hosts[y]
+                share = self._work_share((slow, fast), mbs)
+                if throughput and fill_lb + m1 * share * speed[fast] / stages + sync_lb > bound:
                     continue
-                for n in range(1, stages):
-                    profiles.append((slow,) * n + (fast,) * (stages - n))
-        for sequence in profiles:
+                if costly:
+                    pair_cost = self._cost_floor(
+                        fill_lb + sync_lb, m1 * share, stages, dp, (slow, fast), mbs
+                    )
+                    if (not throughput and pair_cost > bound) or (
+                        self.budget is not None and pair_cost > self.budget
+                    ):
+                        continue
+                s_ss = self._send(slow, slow, mbs)
+                s_sf = self._send(slow, fast, mbs)
+                s_ff = self._send(fast, fast, mbs)
+                ring_slow = max(sync_lb, self._block_ring(slow, dp))
+                ring_fast = max(sync_lb, self._block_ring(fast, dp))
+                e_ss, e_sf, e_ff = (
+                    self._boundary_egress(slow, slow, mbs),
+                    self._boundary_egress(slow, fast, mbs),
+                    self._boundary_egress(fast, fast, mbs),
+                )
+                r_slow, r_fast = self._block_egress(slow, dp), self._block_egress(fast, dp)
+                for n in self._run_lengths(slow, fast, stages, dp):
+                    capacity = n / speed[slow] + (stages - n) / speed[fast]
+                    if n == stages:
+                        fixed = fill_lb + 2 * (n - 1) * s_ss + ring_slow
+                        egress = (n - 1) * e_ss + n * r_slow
+                        pads = 2 * (n - 1) * s_ss / speed[slow]
+                    else:
+                        sends = (n - 1) * s_ss + s_sf + (stages - n - 1) * s_ff
+                        fixed = fill_lb + 2 * sends + max(ring_slow, ring_fast)
+                        egress = (n - 1) * e_ss + e_sf + (stages - n - 1) * e_ff
+                        egress += n * r_slow + (stages - n) * r_fast
+                        pads = (
+                            2 * (n - 1) * s_ss / speed[slow]
+                            + s_sf * (1 / speed[slow] + 1 / speed[fast])
+                            + 2 * (stages - n - 1) * s_ff / speed[fast]
+                        )
+                    floor = (share + pads) / capacity
+                    lb_t = fixed + m1 * floor
+                    rate = self._profile_rate(slow, n, fast, stages - n, dp)
+                    if self.violates(lb_t, rate, egress):
+                        continue
+                    value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
+                    if value > bound:
+                        if (
+                            throughput
+                            and y > x
+                            and fill_lb + m1 * share / capacity + sync_lb > bound
+                        ):
+                            break
+                        continue
+                    queue.append((value, x, y, n, fixed, floor))
+        queue.sort()
+        for value, x, y, n, fixed, floor in queue:
+            if value > self.bound():
+                break
             self._check_limits()
-            if not self._profile_fits_quota(sequence, dp):
-                continue
-            capacity = sum(1.0 / speed[o] for o in sequence)
-            lb_t = fill_lb + m1 * (1.0 / capacity) + sync_lb
-            if self.objective == "max_throughput" and lb_t > self.bound():
-                continue
-            if self.time_cap is not None and lb_t > self.time_cap:
-                continue
-            boundaries = self.min_max_split(sequence, mbs, dp, 1.0 / capacity)
+            slow, fast = hosts[x], hosts[y]
+            sequence = (slow,) * n + (fast,) * (stages - n)
+            rate = self._profile_rate(slow, n, fast, stages - n, dp)
+            ceiling = self._straggler_ceiling(fixed, m1, rate)
+            boundaries = self.min_max_split(sequence, mbs, dp, floor, ceiling)
             if boundaries is None:
+                continue
+            shape = Shape(microbatch=mbs, boundaries=boundaries, pipelines=dp)
+            t = model.time_of_sets(shape, sequence)[3]
+            egress = model.egress(shape, sequence) if costly else 0.0
+            value = self.objective_bound(t, rate) + (0.0 if throughput else egress)
+            if self.violates(t, rate, egress) or value > self.bound():
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
 
-    def _profile_fits_quota(self, sequence: Sequence[tuple[int, ...]], dp: int) -> bool:
-        """Whether the profile's stages fit every quota and max_gpus (cached per run length:
-        a profile is at most two runs of one option each)."""
-        runs: dict[tuple[int, ...], int] = {}
-        for option in sequence:
-            runs[option] = runs.get(option, 0) + 1
-        key = (tuple(sorted(runs.items())), dp)
-        cached = self._quota_fits.get(key)
-        if cached is None:
-            cached = self._runs_fit(runs, dp)
-            self._quota_fits[key] = cached
-        return cached
-
-    def _runs_fit(self, runs: dict[tuple[int, ...], int], dp: int) -> bool:
-        kinds, need = self.model.kinds, [0] * len(self.capacity)
-        spread: dict[tuple[int, ...], int] = {}
-        for option, stages in runs.items():
-            devices = stages * dp * kinds[option[0]].tp
-            if len(option) == 1:
-                need[kinds[option[0]].pool] += devices
+    def _work_share(self, options: Sequence[Option], mbs: int) -> float:
+        """W = sum over layers of min over `options` of (the layer's time / the option's
+        whole-model time) <= 1. A stage's time over its option's whole-model time is at
+        least its layers' share of W, so sum_i t_i / speed_i >= W for any split: with
+        t_i <= S - (the stage's sends), S >= (W + sum_i sends_i / speed_i) / capacity."""
+        key = (tuple(options), mbs)
+        share = self._shares.get(key)
+        if share is None:
+            if len(set(options)) == 1:
+                share = 1.0
             else:
-                spread[option] = spread.get(option, 0) + devices
-        if any(n > c for n, c in zip(need, self.capacity, strict=True)):
-            return False
-        for option, devices in spread.items():
-            pools = {kinds[k].pool for k in option}
-            if devices > sum(self.capacity[p] - need[p] for p in pools):
-                return False
-        return sum(need) + sum(spread.values()) <= self.total_devices
+                speed, _ = self._option_speeds(mbs)
+                prefixes = [(self._time_prefix(o[0], mbs), speed[o]) for o in set(options)]
+                share = sum(
+                    min((p[i + 1] - p[i]) / whole for p, whole in prefixes)
+                    for i in range(self.model.blocks + 2)
+                )
+            self._shares[key] = share
+        return share
 
-    def _stage_ok(
+    def _cost_floor(
         self,
-        option: tuple[int, ...],
-        mbs: int,
-        first: int,
-        end: int,
+        fixed: float,
+        passes: float,
+        stages: int,
         dp: int,
-        flight: int,
-        budget: float,
-    ) -> bool:
-        """Layers [first, end) on `option` stay within `budget` seconds and in memory."""
-        model = self.model
-        for k in option:
-            if model.stage_time(k, mbs, first, end)[0] > budget:
-                return False
-        return all(model.fits(k, mbs, first, end, dp, flight) for k in option)
+        options: Sequence[Option],
+        mbs: int,
+    ) -> float:
+        """Least USD per iteration of any profile over `options`: cost >= T x rate with
+        T >= fixed + passes / capacity (passes = (m - 1) x W, `_work_share`) and
+        rate >= D x sum_i tp_i x price_i (each stage's D replicas at their cheapest price),
+        so cost >= fixed x P x D x min(tp x price) + passes x D x min(tp x price x speed)
+        (rate / capacity is a mediant of the stages' tp x price x speed)."""
+        speed, _ = self._option_speeds(mbs)
+        per_stage = min(self._facts(o)[0] * self._facts(o)[2] for o in options)
+        per_pass = min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in options)
+        return fixed * stages * dp * per_stage + passes * dp * per_pass
+
+    def _send(self, a: Option, b: Option, mbs: int) -> float:
+        key = (a, b, mbs)
+        send = self._sends.get(key)
+        if send is None:
+            send = self.model.send_between(a, b, mbs)
+            self._sends[key] = send
+        return send
+
+    def _boundary_egress(self, a: Option, b: Option, mbs: int) -> float:
+        key = (a, b, mbs)
+        egress = self._boundary_egresses.get(key)
+        if egress is None:
+            egress = self.model.boundary_egress(a, b, mbs)
+            self._boundary_egresses[key] = egress
+        return egress
+
+    def _block_egress(self, option: Option, dp: int) -> float:
+        """Egress of one block's ring on the option: each stage of it holds at least that."""
+        key = (option, dp)
+        egress = self._block_egresses.get(key)
+        if egress is None:
+            egress = self.model.ring_egress(option, (0, 1, False, False), dp)
+            self._block_egresses[key] = egress
+        return egress
+
+    def _block_ring(self, option: Option, dp: int) -> float:
+        """The ring all-reduce of one block's gradients over D ranks of the option, at its
+        slowest pair of kinds: no stage of the option syncs faster, as every stage holds at
+        least one block and a ring takes longer for more bytes."""
+        if dp < 2:
+            return 0.0
+        key = (option, dp)
+        ring = self._block_rings.get(key)
+        if ring is None:
+            one_block = (0, 1, False, False)
+            ring = max(
+                self.model.ring(a, b, one_block, dp)
+                for x, a in enumerate(option)
+                for b in option[x:]
+            )
+            self._block_rings[key] = ring
+        return ring
+
+    def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
+        """The largest straggler period with which a candidate of iteration time at least
+        fixed + m1 x S, renting at least `rate`, can still beat the incumbent and meet the
+        time cap and the budget (infinite when m1 is 0). Slightly widened so that ties
+        survive rounding."""
+        if m1 == 0:
+            return math.inf
+        caps = [self.bound() if self.objective == "max_throughput" else math.inf]
+        if self.objective == "min_cost" and rate > 0:
+            caps.append(self.bound() / rate)
+        if self.time_cap is not None:
+            caps.append(self.time_cap)
+        if self.budget is not None and rate > 0:
+            caps.append(self.budget / rate)
+        return (min(caps) - fixed) / m1 * (1 + SPLIT_TOLERANCE)
+
+    def _hosts(self, mbs: int, dp: int) -> list[Option]:
+        """The options with room for one stage of D replicas, slowest first."""
+        key = (mbs, dp)
+        hosts = self._host_lists.get(key)
+        if hosts is None:
+            hosts = [o for o in self._option_speeds(mbs)[1] if self._option_stages(o, dp) >= 1]
+            self._host_lists[key] = hosts
+        return hosts
+
+    def _most_capacity(self, mbs: int, stages: int, dp: int) -> float:
+        """An upper bound on sum_i 1 / speed_i over every profile of the shape: the
+        Lagrangian dual of the linear relaxation. For any lambda >= 0 and profile x (stages
+        per option o, each of capacity c_o = 1 / speed_o taking D x tp_o devices),
+        sum x_o c_o = lambda sum x_o + sum x_o (c_o - lambda) <= lambda P + g(lambda) / D,
+        where g(lambda) gives each device the best (c_o - lambda)+ / tp_o of an option on its
+        pool, over every device max_gpus allows (`_capacity_duals`). The bound is convex in
+        lambda and piecewise linear, so its minimum is at a breakpoint, found by bisection."""
+        duals = self._capacity_duals(mbs)
+        lo, hi = 0, len(duals) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            a, b = duals[mid], duals[mid + 1]
+            if a[0] * stages + a[1] / dp <= b[0] * stages + b[1] / dp:
+                hi = mid
+            else:
+                lo = mid + 1
+        lam, g = duals[lo]
+        return lam * stages + g / dp
+
+    def _capacity_duals(self, mbs: int) -> list[tuple[float, float]]:
+        """(lambda, g(lambda)) at every breakpoint of g, ascending in lambda (see
+        `_most_capacity`): lambda = 0, each c_o, and where two options' lines cross."""
+        duals = self._duals.get(mbs)
+        if duals is None:
+            model = self.model
+            speed, _ = self._option_speeds(mbs)
+            lines = [(1.0 / speed[o], model.kinds[o[0]].tp, self._option_pools(o)) for o in speed]
+            points = {0.0, *(c for c, _, _ in lines)}
+            for (c1, t1, _), (c2, t2, _) in combinations(lines, 2):
+                if t1 != t2:
+                    lam = (c1 * t2 - c2 * t1) / (t2 - t1)
+                    if lam > 0:
+                        points.add(lam)
+            duals = [(lam, self._device_values(lam, lines)) for lam in sorted(points)]
+            self._duals[mbs] = duals
+        return duals
+
+    def _device_values(self, lam: float, lines: list[tuple[float, int, frozenset[int]]]) -> float:
+        """g(lambda): each pool's devices at the best (c_o - lambda)+ / tp_o of an option
+        drawing on it, the most valuable devices first, at most max_gpus of them."""
+        value = [0.0] * len(self.capacity)
+        for c, tp, pools in lines:
+            per_device = (c - lam) / tp
+            for p in pools:
+                value[p] = max(value[p], per_device)
+        left, total = self.total_devices, 0.0
+        for v, room in sorted(zip(value, self.capacity, strict=True), reverse=True):
+            take = min(room, left)
+            total += v * take
+            left -= take
+            if not left or v <= 0:
+                break
+        return total
+
+    def _option_pools(self, option: tuple[int, ...]) -> frozenset[int]:
+        return frozenset(self.model.kinds[k].pool for k in option)
+
+    def _option_stages(self, option: tuple[int, ...], dp: int) -> int:
+        """How many stages of D replicas the option's pools can hold alone."""
+        key = (option, dp)
+        stages = self._stage_room.get(key)
+        if stages is None:
+            tp = self.model.kinds[option[0]].tp
+            room = sum(self.capacity[p] for p in self._option_pools(option))
+            stages = min(room, self.total_devices) // (dp * tp)
+            self._stage_room[key] = stages
+        return stages
+
+    def _run_lengths(
+        self, slow: tuple[int, ...], fast: tuple[int, ...], stages: int, dp: int
+    ) -> range:
+        """The n for which n stages of `slow` then stages - n of `fast` fit every quota and
+        max_gpus, ascending (most fast stages, the lowest bound, first); n = stages when
+        `slow` is `fast`. Each option draws its devices from its pools, so by Hall's theorem
+        they fit when each option's devices fit its pools and both together fit the union;
+        the devices are linear in n, so each condition bounds n on one side."""
+        if slow == fast:
+            return range(stages, stages + 1 if self._option_stages(slow, dp) >= stages else 0)
+        kinds = self.model.kinds
+        tp_slow, tp_fast = kinds[slow[0]].tp, kinds[fast[0]].tp
+        rooms = self._pair_rooms.get((slow, fast))
+        if rooms is None:
+            capacity = self.capacity
+            pools_slow, pools_fast = self._option_pools(slow), self._option_pools(fast)
+            rooms = (
+                sum(capacity[p] for p in pools_slow),
+                sum(capacity[p] for p in pools_fast),
+                min(self.total_devices, sum(capacity[p] for p in pools_slow | pools_fast)),
+            )
+            self._pair_rooms[slow, fast] = rooms
+        room_slow, room_fast, both = rooms
+        linear = (
+            (-room_slow, dp * tp_slow),
+            (stages * dp * tp_fast - room_fast, -dp * tp_fast),
+            (stages * dp * tp_fast - both, dp * (tp_slow - tp_fast)),
+        )
+        lo, hi = 1, stages - 1
+        for c, k in linear:
+            if k > 0:
+                hi = min(hi, -c // k)
+            elif k < 0:
+                lo = max(lo, -(-c // -k))
+            elif c > 0:
+                return range(0)
+        return range(lo, hi + 1)
+
+    def _profile_rate(
+        self, slow: tuple[int, ...], n_slow: int, fast: tuple[int, ...], n_fast: int, dp: int
+    ) -> float:
+        """USD per second the profile's devices cost at least: one-pool options rent whole
+        nodes of their pool; a region-wide option's devices at its cheapest pool, unrounded."""
+        tp_s, pool_s, price_s, gpn_s = self._facts(slow)
+        tp_f, pool_f, price_f, gpn_f = self._facts(fast)
+        devices_s, devices_f = n_slow * dp * tp_s, n_fast * dp * tp_f
+        if pool_s >= 0 and pool_s == pool_f:
+            return -(-(devices_s + devices_f) // gpn_s) * gpn_s * price_s
+        rate_s = -(-devices_s // gpn_s) * gpn_s * price_s if pool_s >= 0 else devices_s * price_s
+        rate_f = -(-devices_f // gpn_f) * gpn_f * price_f if pool_f >= 0 else devices_f * price_f
+        return rate_s + rate_f
+
+    def _facts(self, option: Option) -> tuple[int, int, float, int]:
+        """(TP, its pool or -1 for a region-wide option, the cheapest price per device-second
+        among its pools, the pool's devices per node)."""
+        facts = self._option_facts.get(option)
+        if facts is None:
+            model = self.model
+            pools = [model.pools[p].pool for p in sorted(self._option_pools(option))]
+            facts = (
+                model.kinds[option[0]].tp,
+                model.kinds[option[0]].pool if len(option) == 1 else -1,
+                min(p.price for p in pools),
+                pools[0].gpus_per_node,
+            )
+            self._option_facts[option] = facts
+        return facts
+
+    def _time_prefix(self, kind: int, mbs: int) -> list[float]:
+        """Forward + backward prefix sums of `kind` at `mbs`, for bisecting stage ends."""
+        key = (kind, mbs)
+        prefix = self._time_prefixes.get(key)
+        if prefix is None:
+            k = self.model.kinds[kind]
+            t = self.model.tables(k.device, k.tp, mbs)
+            prefix = [f + b for f, b in zip(t.forward, t.backward, strict=True)]
+            self._time_prefixes[key] = prefix
+        return prefix
+
+    def _memory_end(self, kind: int, mbs: int, first: int, dp: int, flight: int) -> int:
+        """The largest end layer e <= blocks (a stage before the last) for which layers
+        [first, e) fit `kind`'s memory, or `first` if none does; memory grows with the layers
+        of such a stage, so a binary search finds it."""
+        key = (kind, mbs, first, dp, flight)
+        end = self._memory_ends.get(key)
+        if end is None:
+            fits = self.model.fits
+            lo, hi = first, self.model.blocks
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if fits(kind, mbs, first, mid, dp, flight):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            end = lo
+            self._memory_ends[key] = end
+        return end
+
+    def _stage_end(
+        self, kind: int, mbs: int, first: int, budget: float, dp: int, flight: int, last_end: int
+    ) -> int:
+        """The largest end layer in (first, last_end] whose stage from `first` runs within
+        `budget` seconds on `kind` and fits its memory, or `first` if none does. The bisect
+        on the prefix sums is checked against `stage_time` itself, so rounding in the
+        prefix sums never changes the answer."""
+        stage_time = self.model.stage_time
+        prefix = self._time_prefix(kind, mbs)
+        end = min(last_end, self._memory_end(kind, mbs, first, dp, flight))
+        end = max(first, min(end, bisect_right(prefix, prefix[first] + budget, first, end + 1) - 1))
+        while end > first and stage_time(kind, mbs, first, end)[0] > budget:
+            end -= 1
+        cap = min(last_end, self._memory_end(kind, mbs, first, dp, flight))
+        while end < cap and stage_time(kind, mbs, first, end + 1)[0] <= budget:
+            end += 1
+        return end
 
     def min_max_split(
-        self, sequence: Sequence[tuple[int, ...]], mbs: int, dp: int, floor: float = 0.0
+        self,
+        sequence: Sequence[tuple[int, ...]],
+        mbs: int,
+        dp: int,
+        floor: float = 0.0,
+        ceiling: float = math.inf,
     ) -> tuple[int, ...] | None:
         """The boundaries minimising max_i (t_i + sends) for this sequence of options:
         bisection on the straggler, each test filling stages greedily (as many blocks as fit
-        under it and in memory), which is exact for stage times monotone in their blocks."""
+        under it and in memory), which is exact for stage times monotone in their blocks.
+        None when no split fits memory, or none has a straggler of at most `ceiling` (tested
+        first: one fill decides most sequences that cannot beat the incumbent). The kinds of
+        an option share device and TP (`stage_options`), so the first stands for all."""
         model = self.model
         stages = len(sequence)
         m = -(-(model.batch // mbs) // dp)
-        sends = [model.send_between(a, b, mbs) for a, b in pairwise(sequence)]
+        sends = [self._send(a, b, mbs) for a, b in pairwise(sequence)]
         padded = [0.0, *sends, 0.0]
+        whole = model.blocks + 2
 
         def fill(limit: float) -> tuple[int, ...] | None:
             bounds, start = [0], 0
             for j, option in enumerate(sequence):
+                kind = option[0]
                 first = 0 if j == 0 else start + 1
                 flight = max(1, min(stages - j, m))
                 budget = limit - padded[j] - padded[j + 1]
-
-                ok = self._stage_ok
                 if j == stages - 1:
-                    if not ok(option, mbs, first, model.blocks + 2, dp, flight, budget):
+                    if model.stage_time(kind, mbs, first, whole)[0] > budget or not model.fits(
+                        kind, mbs, first, whole, dp, flight
+                    ):
                         return None
                     bounds.append(model.blocks)
                     return tuple(bounds)
-                lo, hi = start + 1, model.blocks - (stages - 1 - j)
-                if lo > hi or not ok(option, mbs, first, lo + 1, dp, flight, budget):
+                end = self._stage_end(
+                    kind, mbs, first, budget, dp, flight, model.blocks - (stages - 1 - j) + 1
+                )
+                if end < start + 2:
                     return None
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if ok(option, mbs, first, mid + 1, dp, flight, budget):
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                bounds.append(lo)
-                start = lo
+                start = end - 1
+                bounds.append(start)
             return None
 
-        top = (
-            sum(self.option_time(o, mbs, 0, model.blocks + 2) for o in set(sequence))
-            + sum(sends) * 2
-        )
+        top = sum(self.option_time(o, mbs, 0, whole) for o in set(sequence)) + sum(sends) * 2
+        if ceiling < top:
+            if ceiling < floor:
+                return None
+            top = ceiling
         best = fill(top)
         if best is None:
             return None
@@ -821,18 +1192,25 @@ class _Search:
         self.best[signature] = candidate
         if not self.ranked or candidate.key() < self.ranked[0].key():
             self.ranked = [candidate]
+        top = self.options.top
+        if top == 1:
+            self._kth = self.ranked[0].value
+        elif len(self.best) >= top:
+            self._kth = heapq.nsmallest(top, (c.value for c in self.best.values()))[-1]
 
     def alternatives(self) -> tuple[Candidate, ...]:
         """The best, then the best-scored candidate of each other signature the search met,
-        up to `top` in all: pruning uses the best alone, so the alternatives are the best
-        ones found, not proven second best."""
+        up to `top` in all. Pruning keeps anything that could beat the `top`-th signature,
+        but the exact search's dominance rule compares partials of different signatures, so
+        the alternatives are the best ones found, not proven second best."""
         return tuple(sorted(self.best.values(), key=Candidate.key)[: self.options.top])
 
     def cheapest_counts(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
         """Replica counts for the kind sets with the least rental rate inside every quota and
         max_gpus, or None if none fit. Exact (`_counts_by_dp`) while the splits of the mixed
-        stages number at most EXACT_COUNT_SPLITS; beyond, `_counts_greedy`, which fills
-        already-rented devices first, then the cheapest pool per device."""
+        stages number at most EXACT_COUNT_SPLITS; beyond, `_counts_greedy`, which first sets
+        aside one replica per kind of every stage, then fills already-rented devices first,
+        then the cheapest pool per device."""
         splits = 1
         for combo in sets:
             splits *= math.comb(dp - 1, len(combo) - 1)
@@ -844,11 +1222,14 @@ class _Search:
     def _counts_greedy(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
         model = self.model
         used = [0] * len(model.pools)
+        for combo in sets:
+            for k in combo:
+                used[model.kinds[k].pool] += model.kinds[k].tp
+        if any(u > c for u, c in zip(used, self.capacity, strict=True)):
+            return None
         chosen = []
         for combo in sets:
             counts = dict.fromkeys(combo, 1)
-            for k in combo:
-                used[model.kinds[k].pool] += model.kinds[k].tp
             for _ in range(dp - len(combo)):
                 best_kind, best_cost = -1, math.inf
                 for k in combo:

@@ -1,0 +1,328 @@
+"""The `kind-profiles` search prunes without losing anything of its own space.
+
+`kind-profiles` is a declared approximation (its gap to the exact search is measured by
+bench/approximations.py), but inside its space it must be exact: every bound it prunes with
+(the dual capacity bound per shape, the cost floors, the per-profile bound with sends, rings
+and egress, the straggler ceiling of the split) must be a true lower bound. The oracle is the
+same space enumerated with every bound switched off: each profile of every shape is split and
+scored. They must find the same objective. A mutation (a capacity bound half as large) shows
+the comparison has teeth. The bounds' ingredients are also checked one by one against direct
+computations: the feasible run lengths against a brute-force placement of devices on pools,
+the dual capacity bound against every profile's capacity, and the work-share floor against
+the straggler of the best split.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from functools import cache
+
+import pytest
+from oracles.instances import binding_instance, random_instance
+
+import hetc.solver.search as search_module
+from hetc.catalog import ModelArchitecture
+from hetc.costmodel.compute import ComputeModel
+from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.costmodel.profile import LayerProfile
+from hetc.schema import Spec, check_text
+from hetc.solver.search import SearchOptions, search
+
+SEEDS = range(48)
+PROFILES = frozenset({"kind-profiles"})
+RELATIVE = 1e-9
+BUDGET = "max_cost_per_iteration: 0.0012 USD"
+
+ZONES = """\
+version: 1
+name: zones
+model:
+  architecture: {layers: 6, hidden: 2048, heads: 16, ffn: 8192, vocab: 32000, max_positions: 1024}
+training: {global_batch_size: 16, seq_len: 1024, precision: fp16, zero_stage: 1}
+objective: OBJECTIVE
+CONSTRAINTS
+zones:
+  - name: a
+    region: r1
+    pools:
+      - {device: A100-40GB, quota: 16, gpus_per_node: 4, price: 3.67 USD/h}
+      - {device: V100-16GB, quota: 16, gpus_per_node: 4, price: 2.86 USD/h}
+  - name: b
+    region: r1
+    pools:
+      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}
+  - name: c
+    region: r2
+    pools:
+      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.0 USD/h}
+network:
+  intra_zone: {bandwidth: 100Gbps, latency: 10us}
+  inter_zone: {bandwidth: 50Gbps, latency: 1ms}
+  inter_region: {bandwidth: 3.4Gbps, latency: 35ms}
+  egress_price: {inter_zone: 0.01 USD/GB, inter_region: 0.02 USD/GB}
+"""
+"""Three zones in two regions: region-wide options (A100 in a and b) overlap one-pool ones,
+and crossing zones costs time and egress, which the per-profile bounds price."""
+
+
+def _spec(text: str) -> Spec:
+    report = check_text(text, "case.yaml")
+    assert report.spec is not None, report
+    return report.spec
+
+
+def _zones(objective: str, constraints: str = "") -> Spec:
+    text = ZONES.replace("OBJECTIVE", objective).replace("CONSTRAINTS\n", constraints)
+    return _spec(text)
+
+
+@cache
+def _case(seed: int) -> Spec:
+    return _spec(binding_instance(seed) if seed % 2 == 0 else random_instance(seed))
+
+
+def _cases() -> list[tuple[str, Spec]]:
+    cases = [(f"seed {seed}", _case(seed)) for seed in SEEDS]
+    cases += [
+        ("zones, fastest", _zones("max_throughput")),
+        ("zones, budget", _zones("max_throughput", f"constraints: {{{BUDGET}}}\n")),
+        ("zones, cheapest", _zones("min_cost")),
+        ("zones, floor", _zones("min_cost", "constraints: {min_throughput: 9}\n")),
+    ]
+    return cases
+
+
+class _Exhaustive(search_module._Search):
+    """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound,
+    no cost floor, no straggler ceiling; each profile is split and scored at a leaf, where
+    the estimate alone decides feasibility."""
+
+    def bound(self) -> float:
+        return math.inf
+
+    def violates(self, t: float, rate: float, egress: float = 0.0) -> bool:
+        return False
+
+    def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
+        return math.inf
+
+    def _cost_floor(self, *args: object) -> float:
+        return 0.0
+
+
+def _best(spec: Spec, searcher: type[search_module._Search]) -> float | None:
+    found = searcher(PlanningModel(spec), SearchOptions(approximations=PROFILES)).run()
+    assert found.complete
+    return found.candidates[0].value if found.candidates else None
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=RELATIVE)
+
+
+@pytest.mark.slow
+def test_pruned_profiles_find_the_exhaustive_optimum() -> None:
+    feasible = 0
+    for name, spec in _cases():
+        pruned = _best(spec, search_module._Search)
+        exhaustive = _best(spec, _Exhaustive)
+        assert _same(pruned, exhaustive), (name, pruned, exhaustive)
+        feasible += exhaustive is not None
+    assert feasible >= len(SEEDS) // 2
+
+
+def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mutation: halve the dual capacity bound (so shapes are pruned that should not be);
+    on some case the pruned search then misses the exhaustive optimum."""
+    true_bound = search_module._Search._most_capacity
+
+    def halved(self: search_module._Search, mbs: int, stages: int, dp: int) -> float:
+        return true_bound(self, mbs, stages, dp) / 2
+
+    for name, spec in _cases():
+        exhaustive = _best(spec, _Exhaustive)
+        with monkeypatch.context() as patch:
+            patch.setattr(search_module._Search, "_most_capacity", halved)
+            pruned = _best(spec, search_module._Search)
+        if not _same(pruned, exhaustive):
+            assert exhaustive is not None, name
+            assert pruned is None or pruned > exhaustive
+            return
+    pytest.fail("halving the capacity bound went unnoticed on every case")
+
+
+def _fits_by_placement(
+    searcher: search_module._Search, demands: list[tuple[tuple[int, ...], int]]
+) -> bool:
+    """Whether the options' device demands can be placed on their pools within quota and
+    max_gpus, by trying every way to split each demand over its pools."""
+    model = searcher.model
+    total = sum(devices for _, devices in demands)
+    if total > searcher.total_devices:
+        return False
+
+    def place(index: int, used: list[int]) -> bool:
+        if index == len(demands):
+            return all(u <= c for u, c in zip(used, searcher.capacity, strict=True))
+        option, devices = demands[index]
+        pools = sorted({model.kinds[k].pool for k in option})
+        for split in itertools.product(range(devices + 1), repeat=len(pools) - 1):
+            rest = devices - sum(split)
+            if rest < 0:
+                continue
+            trial = list(used)
+            for pool, amount in zip(pools, (*split, rest), strict=True):
+                trial[pool] += amount
+            if place(index + 1, trial):
+                return True
+        return False
+
+    return place(0, [0] * len(searcher.capacity))
+
+
+def test_run_lengths_are_exactly_the_placeable_ones() -> None:
+    spec = _zones("max_throughput")
+    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    options = searcher.stage_options()
+    assert any(len(o) > 1 for o in options), "the case must have a region-wide option"
+    kinds = searcher.model.kinds
+    checked = 0
+    for slow, fast in itertools.permutations(options, 2):
+        for stages, dp in ((2, 1), (3, 2), (4, 4), (5, 3)):
+            found = set(searcher._run_lengths(slow, fast, stages, dp))
+            expected = {
+                n
+                for n in range(1, stages)
+                if _fits_by_placement(
+                    searcher,
+                    [
+                        (slow, n * dp * kinds[slow[0]].tp),
+                        (fast, (stages - n) * dp * kinds[fast[0]].tp),
+                    ],
+                )
+            }
+            assert found == expected, (slow, fast, stages, dp)
+            checked += bool(expected) and len(expected) < stages - 1
+    assert checked, "no pair had some but not all run lengths feasible"
+
+
+def test_the_dual_capacity_bound_covers_every_profile() -> None:
+    """`_most_capacity` >= sum_i 1 / speed_i of every quota-feasible profile, and is tight
+    (equal to the best) on some shape."""
+    rng = random.Random(7)
+    tight = 0
+    for spec in (_zones("max_throughput"), _case(3), _case(8)):
+        searcher = search_module._Search(
+            PlanningModel(spec), SearchOptions(approximations=PROFILES)
+        )
+        model = searcher.model
+        for _ in range(60):
+            mbs = rng.choice(model.microbatch_sizes())
+            stages = rng.randint(1, model.blocks)
+            dp = rng.randint(1, max(1, searcher.total_devices // stages))
+            speed, _ = searcher._option_speeds(mbs)
+            hosts = searcher._hosts(mbs, dp)
+            capacities = [
+                n / speed[slow] + (stages - n) / speed[fast]
+                for x, slow in enumerate(hosts)
+                for fast in hosts[x:]
+                for n in searcher._run_lengths(slow, fast, stages, dp)
+            ]
+            if not capacities:
+                continue
+            bound = searcher._most_capacity(mbs, stages, dp)
+            assert max(capacities) <= bound * (1 + RELATIVE), (mbs, stages, dp)
+            tight += math.isclose(max(capacities), bound, rel_tol=1e-9)
+    assert tight
+
+
+def test_the_work_share_floor_is_below_the_best_split() -> None:
+    """(W + sends) / capacity never exceeds the straggler of the split `min_max_split`
+    finds with no floor, for every two-option profile of a mixed-device case."""
+    spec = _zones("max_throughput")
+    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    model = searcher.model
+    checked = 0
+    for mbs in model.microbatch_sizes()[:3]:
+        speed, ordered = searcher._option_speeds(mbs)
+        for slow, fast in itertools.combinations(ordered, 2):
+            share = searcher._work_share((slow, fast), mbs)
+            assert 0 < share <= 1 + 1e-12
+            for stages, n in ((2, 1), (4, 1), (4, 3)):
+                sequence = (slow,) * n + (fast,) * (stages - n)
+                split = searcher.min_max_split(sequence, mbs, 1)
+                if split is None:
+                    continue
+                shape = Shape(microbatch=mbs, boundaries=split, pipelines=1)
+                straggler = model.time_of_sets(shape, sequence)[0]
+                sends = [searcher._send(a, b, mbs) for a, b in itertools.pairwise(sequence)]
+                padded = [0.0, *sends, 0.0]
+                pads = sum((padded[i] + padded[i + 1]) / speed[o] for i, o in enumerate(sequence))
+                capacity = sum(1 / speed[o] for o in sequence)
+                assert (share + pads) / capacity <= straggler * (1 + 1e-9)
+                checked += 1
+    assert checked > 20
+
+
+def test_greedy_counts_leave_room_for_every_stage() -> None:
+    """A region-wide option on two stages: filling the first stage's extra replicas into the
+    first zone must not take the devices the second stage needs for its one replica there."""
+    spec = _zones("max_throughput")
+    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    model = searcher.model
+    merged = next(o for o in searcher.stage_options() if len(o) == 2 and model.kinds[o[0]].tp == 1)
+    room = sum(searcher.capacity[model.kinds[k].pool] for k in merged)
+    dp = room // 2
+    counts = searcher._counts_greedy((merged, merged), dp)
+    assert counts is not None
+    used = [0] * len(model.pools)
+    for stage in counts:
+        assert sum(c for _, c in stage) == dp and all(c >= 1 for _, c in stage)
+        for k, c in stage:
+            used[model.kinds[k].pool] += c * model.kinds[k].tp
+    assert all(u <= c for u, c in zip(used, searcher.capacity, strict=True))
+
+
+def test_the_search_result_does_not_depend_on_pruning_order() -> None:
+    """Two runs agree on the whole ranked list (the tie order is documented)."""
+    spec = _zones("max_throughput")
+    first = search(PlanningModel(spec), SearchOptions(approximations=PROFILES, top=3))
+    second = search(PlanningModel(spec), SearchOptions(approximations=PROFILES, top=3))
+    assert [c.key() for c in first.candidates] == [c.key() for c in second.candidates]
+
+
+@pytest.mark.parametrize("preset", ["GPT-Neo-2.7B", "OPT-350M"])
+def test_all_layer_times_equal_layer_by_layer(preset: str) -> None:
+    """The shared estimates give each layer exactly its own times: GPT-Neo alternates global
+    and local attention, so blocks differ; a profile covering some layers overrides them."""
+    arch = _preset(preset)
+    device = _zones("max_throughput").devices["A100-40GB"]
+    plain = ComputeModel(arch=arch, device=device, seq_len=1024)
+    measured = LayerProfile(
+        model=preset,
+        device="A100-40GB",
+        seq_len=1024,
+        precision="fp16",
+        times={2: {1: {1: (0.5, 1.0, 0.1), 4: (0.25, 0.5, 0.05)}}},
+    )
+    profiled = ComputeModel(
+        arch=arch, device=device, seq_len=1024, profile=measured, activation_checkpointing=True
+    )
+    for model in (plain, profiled):
+        for mbs, tp in ((1, 1), (2, 1), (2, 2)):
+            whole = model.all_layer_times(mbs, tp)
+            assert whole == [model.layer_times(i, mbs, tp) for i in range(len(model.layers()))]
+    blocks = plain.all_layer_times(1, 1)[1:-1]
+    if preset == "GPT-Neo-2.7B":
+        assert blocks[0] != blocks[1] and blocks[0] == blocks[2]
+    assert profiled.all_layer_times(2, 1)[1].backward == pytest.approx(1.5)
+
+
+def _preset(name: str) -> ModelArchitecture:
+    text = ZONES.replace("OBJECTIVE", "max_throughput").replace("CONSTRAINTS\n", "")
+    start, end = text.index("model:"), text.index("training:")
+    return _spec(text[:start] + f"model: {{preset: {name}}}\n" + text[end:]).model
