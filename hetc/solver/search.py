@@ -56,6 +56,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, pairwise
+from typing import Any
 
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
 
@@ -206,12 +207,16 @@ class _Search:
         self._memory_ends: dict[tuple[int, int, int, int, int], int] = {}
         self._host_lists: dict[tuple[int, int], list[Option]] = {}
         self._duals: dict[int, list[tuple[float, float]]] = {}
-        self._block_rings: dict[tuple[Option, int], float] = {}
+        self._block_rings: dict[tuple[Option, int, int], float] = {}
         self._block_egresses: dict[tuple[Option, int], float] = {}
         self._boundary_egresses: dict[tuple[Option, Option, int], float] = {}
         self._option_facts: dict[Option, tuple[int, int, float, int]] = {}
         self._sends: dict[tuple[Option, Option, int], float] = {}
         self._shares: dict[tuple[tuple[Option, ...], int], float] = {}
+        self._fills: dict[tuple[tuple[Option, ...], int], float] = {}
+        self._windows: dict[tuple[Option, int, int], float] = {}
+        self._least_windows: dict[tuple[int, int, int], float] = {}
+        self._pair_tables: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
 
@@ -303,14 +308,16 @@ class _Search:
     def sync_bound(self, stages: int, dp: int) -> float:
         """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P: the ring
         time is affine in bytes with a non-negative intercept, and the largest stage holds at
-        least 1/P of the gradients."""
+        least 1/P of the gradients. A ring between two kinds is the same either way round."""
         if dp < 2:
             return 0.0
         if dp not in self._sync_bound:
             model = self.model
             whole = (0, model.blocks, True, True)
             kinds = range(len(model.kinds))
-            self._sync_bound[dp] = min(model.ring(a, b, whole, dp) for a in kinds for b in kinds)
+            self._sync_bound[dp] = min(
+                model.ring(a, b, whole, dp) for a in kinds for b in kinds if a <= b
+            )
         return self._sync_bound[dp] / stages
 
     def bound(self) -> float:
@@ -320,14 +327,52 @@ class _Search:
         return self._kth
 
     def shape_bound(self, mbs: int, stages: int, dp: int) -> float:
-        fill, worst_layer, work, free = self._terms(mbs, self.affordable_tp(stages, dp))
-        straggler = max(fill / stages, worst_layer, work * dp / free if free > 0 else 0.0)
-        m = -(-(self.model.batch // mbs) // dp)
-        t = fill + (m - 1) * straggler + self.sync_bound(stages, dp)
-        bound = self.objective_bound(t, dp * stages * self._min_tp * self._cheapest)
-        if self.objective == "min_cost":
-            bound = max(bound, self.work_cost(mbs))
-        return bound
+        """A lower bound on the objective of every candidate of shape (m, P, D): see the
+        module docstring, step 1 (`shape_bounds` computes the same for every D at once)."""
+        return self.shape_bounds(mbs, stages, dp, dp)[0]
+
+    def shape_bounds(self, mbs: int, stages: int, first: int, last: int) -> list[float]:
+        """`shape_bound` for D = first..last, sharing what does not depend on D: the bound
+        is computed for thousands of shapes before the search starts."""
+        model = self.model
+        total = model.batch // mbs
+        blocks = -(-model.blocks // stages)
+        throughput = self.objective == "max_throughput"
+        unit = stages * self._min_tp * self._cheapest
+        floor = 0.0 if throughput else self.work_cost(mbs)
+        # the terms depend on D only through the largest affordable TP degree
+        fixed: dict[int, tuple[float, float, float, float]] = {}
+        bounds = []
+        degrees = self._tp_degrees
+        for dp in range(first, last + 1):
+            max_tp = self.affordable_tp(stages, dp)
+            cap = 0
+            for tp in degrees:
+                if tp <= max_tp:
+                    cap = tp
+            terms = fixed.get(cap)
+            if terms is None:
+                fill, worst_layer, work, free = self._terms(mbs, max_tp)
+                static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
+                terms = (fill, static, work / free if free > 0 else 0.0, 0.0)
+                fixed[cap] = terms
+            fill, static, per_dp, _ = terms
+            straggler = per_dp * dp if per_dp * dp > static else static
+            t = fill + (-(-total // dp) - 1) * straggler + self.sync_bound(stages, dp)
+            bounds.append(t if throughput else max(t * dp * unit, floor))
+        return bounds
+
+    def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
+        """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
+        one of P stages holds ceil(L / P) blocks, and its slowest kind takes at least this."""
+        tp = max((t for t in self._tp_degrees if t <= max_tp), default=0)
+        key = (mbs, tp, blocks)
+        window = self._least_windows.get(key)
+        if window is None:
+            kinds = [k for k in self.model.kinds if k.tp <= tp] or list(self.model.kinds)
+            window = min(self._window((k.index,), mbs, blocks) for k in kinds)
+            self._least_windows[key] = window
+        return window
 
     def _terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
         """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
@@ -376,10 +421,9 @@ class _Search:
         for mbs in model.microbatch_sizes():
             total = model.batch // mbs
             for stages in range(1, model.blocks + 1):
-                for dp in range(1, total + 1):
-                    if dp * stages * self._min_tp > self.total_devices:
-                        break
-                    shapes.append((self.shape_bound(mbs, stages, dp), mbs, stages, dp))
+                last = min(total, self.total_devices // (stages * self._min_tp))
+                bounds = self.shape_bounds(mbs, stages, 1, last)
+                shapes += [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1)]
         shapes.sort()
         stop = ""
         try:
@@ -583,9 +627,13 @@ class _Search:
         hosts = self._hosts(mbs, dp)
         if not hosts:
             return
+        largest = -(-model.blocks // stages)
         most = self._most_capacity(mbs, stages, dp)
         share = self._work_share(tuple(speed), mbs)
-        if throughput and most > 0 and fill_lb + m1 * share / most + sync_lb > bound:
+        narrowest = min(self._window(o, mbs, largest) for o in hosts)
+        if most > 0:
+            narrowest = max(narrowest, share / most)
+        if throughput and fill_lb + m1 * narrowest + sync_lb > bound:
             return
         costly = not throughput or self.budget is not None
         if costly:
@@ -595,61 +643,56 @@ class _Search:
             ):
                 return
         queue: list[tuple[float, int, int, int, float, float]] = []
-        for x, slow in enumerate(hosts):
-            for y in range(x, len(hosts)):
-                fast = hosts[y]
-                share = self._work_share((slow, fast), mbs)
-                if throughput and fill_lb + m1 * share * speed[fast] / stages + sync_lb > bound:
+        limit = bound if throughput else math.inf
+        if self.time_cap is not None:
+            limit = min(limit, self.time_cap)
+        for pair in self._pairs(mbs, dp):
+            x, y, slow, fast, share, sp_s, sp_f = pair[:7]
+            s_ss, s_sf, s_ff, ring_s, ring_f, e_ss, e_sf, e_ff, r_s, r_f = pair[7:17]
+            fill = max(fill_lb, pair[19])
+            if costly:
+                per_stage, per_pass = pair[17:19]
+                pair_cost = (fill + sync_lb) * stages * dp * per_stage
+                pair_cost += m1 * share * dp * per_pass
+                if (not throughput and pair_cost > bound) or (
+                    self.budget is not None and pair_cost > self.budget
+                ):
                     continue
-                if costly:
-                    pair_cost = self._cost_floor(
-                        fill_lb + sync_lb, m1 * share, stages, dp, (slow, fast), mbs
+            lengths = self._run_lengths(slow, fast, stages, dp)
+            if limit < math.inf:
+                room = limit - fill - sync_lb
+                lengths = self._within(lengths, stages, room, m1 * share, sp_s, sp_f)
+            if not lengths:
+                continue
+            widest = self._block_ring(slow, dp, largest)
+            window = self._window(slow, mbs, largest)
+            if x != y:
+                widest = min(widest, self._block_ring(fast, dp, largest))
+                window = min(window, self._window(fast, mbs, largest))
+            ring_slow, ring_fast = max(sync_lb, ring_s, widest), max(sync_lb, ring_f, widest)
+            for n in lengths:
+                capacity = n / sp_s + (stages - n) / sp_f
+                if n == stages:
+                    fixed = fill + 2 * (n - 1) * s_ss + ring_slow
+                    egress = (n - 1) * e_ss + n * r_s
+                    pads = 2 * (n - 1) * s_ss / sp_s
+                else:
+                    sends = (n - 1) * s_ss + s_sf + (stages - n - 1) * s_ff
+                    fixed = fill + 2 * sends + max(ring_slow, ring_fast)
+                    egress = (n - 1) * e_ss + e_sf + (stages - n - 1) * e_ff
+                    egress += n * r_s + (stages - n) * r_f
+                    pads = (
+                        2 * (n - 1) * s_ss / sp_s
+                        + s_sf * (1 / sp_s + 1 / sp_f)
+                        + 2 * (stages - n - 1) * s_ff / sp_f
                     )
-                    if (not throughput and pair_cost > bound) or (
-                        self.budget is not None and pair_cost > self.budget
-                    ):
-                        continue
-                s_ss = self._send(slow, slow, mbs)
-                s_sf = self._send(slow, fast, mbs)
-                s_ff = self._send(fast, fast, mbs)
-                ring_slow = max(sync_lb, self._block_ring(slow, dp))
-                ring_fast = max(sync_lb, self._block_ring(fast, dp))
-                e_ss, e_sf, e_ff = (
-                    self._boundary_egress(slow, slow, mbs),
-                    self._boundary_egress(slow, fast, mbs),
-                    self._boundary_egress(fast, fast, mbs),
-                )
-                r_slow, r_fast = self._block_egress(slow, dp), self._block_egress(fast, dp)
-                for n in self._run_lengths(slow, fast, stages, dp):
-                    capacity = n / speed[slow] + (stages - n) / speed[fast]
-                    if n == stages:
-                        fixed = fill_lb + 2 * (n - 1) * s_ss + ring_slow
-                        egress = (n - 1) * e_ss + n * r_slow
-                        pads = 2 * (n - 1) * s_ss / speed[slow]
-                    else:
-                        sends = (n - 1) * s_ss + s_sf + (stages - n - 1) * s_ff
-                        fixed = fill_lb + 2 * sends + max(ring_slow, ring_fast)
-                        egress = (n - 1) * e_ss + e_sf + (stages - n - 1) * e_ff
-                        egress += n * r_slow + (stages - n) * r_fast
-                        pads = (
-                            2 * (n - 1) * s_ss / speed[slow]
-                            + s_sf * (1 / speed[slow] + 1 / speed[fast])
-                            + 2 * (stages - n - 1) * s_ff / speed[fast]
-                        )
-                    floor = (share + pads) / capacity
-                    lb_t = fixed + m1 * floor
-                    rate = self._profile_rate(slow, n, fast, stages - n, dp)
-                    if self.violates(lb_t, rate, egress):
-                        continue
-                    value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
-                    if value > bound:
-                        if (
-                            throughput
-                            and y > x
-                            and fill_lb + m1 * share / capacity + sync_lb > bound
-                        ):
-                            break
-                        continue
+                floor = max((share + pads) / capacity, window)
+                lb_t = fixed + m1 * floor
+                rate = self._profile_rate(slow, n, fast, stages - n, dp)
+                if self.violates(lb_t, rate, egress):
+                    continue
+                value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
+                if value <= bound:
                     queue.append((value, x, y, n, fixed, floor))
         queue.sort()
         for value, x, y, n, fixed, floor in queue:
@@ -670,6 +713,94 @@ class _Search:
             if self.violates(t, rate, egress) or value > self.bound():
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
+
+    def _pairs(self, mbs: int, dp: int) -> list[tuple[Any, ...]]:
+        """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
+        what its profiles' bounds need and does not depend on P: (x, y, slow, fast, W,
+        speed_slow, speed_fast, the three sends, the two block rings, the three boundary
+        egresses, the two block ring egresses, least tp x price, least tp x price x speed,
+        the fill of every layer on the faster of the two)."""
+        key = (mbs, dp)
+        pairs = self._pair_tables.get(key)
+        if pairs is None:
+            speed, _ = self._option_speeds(mbs)
+            hosts = self._hosts(mbs, dp)
+            pairs = []
+            for x, slow in enumerate(hosts):
+                for y in range(x, len(hosts)):
+                    fast = hosts[y]
+                    both = (slow, fast)
+                    pairs.append(
+                        (
+                            x,
+                            y,
+                            slow,
+                            fast,
+                            self._work_share(both, mbs),
+                            speed[slow],
+                            speed[fast],
+                            self._send(slow, slow, mbs),
+                            self._send(slow, fast, mbs),
+                            self._send(fast, fast, mbs),
+                            self._block_ring(slow, dp),
+                            self._block_ring(fast, dp),
+                            self._boundary_egress(slow, slow, mbs),
+                            self._boundary_egress(slow, fast, mbs),
+                            self._boundary_egress(fast, fast, mbs),
+                            self._block_egress(slow, dp),
+                            self._block_egress(fast, dp),
+                            min(self._facts(o)[0] * self._facts(o)[2] for o in both),
+                            min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in both),
+                            self._pair_fill(both, mbs),
+                        )
+                    )
+            self._pair_tables[key] = pairs
+        return pairs
+
+    @staticmethod
+    def _within(
+        lengths: range, stages: int, room: float, passes: float, sp_s: float, sp_f: float
+    ) -> range:
+        """The n of `lengths` whose compute-only bound passes / capacity(n) stays within
+        `room`: capacity(n) = P / speed_fast - n (1 / speed_fast - 1 / speed_slow) falls as
+        n grows, so they are a prefix, found in closed form (widened by a hair so that ties
+        stay)."""
+        if not lengths or passes <= 0:
+            return lengths if room >= 0 else range(0)
+        if room <= 0:
+            return range(0)
+        need = passes / room * (1 - 1e-9)
+        full = stages / sp_f
+        loss = 1 / sp_f - 1 / sp_s
+        if loss <= 0:
+            return lengths if full >= need else range(0)
+        last = math.floor((full - need) / loss)
+        return range(lengths.start, max(lengths.start, min(lengths.stop, last + 1)))
+
+    def _window(self, option: Option, mbs: int, blocks: int) -> float:
+        """The least time of `blocks` consecutive blocks on the option: of P stages one holds
+        at least ceil(L / P) blocks, so the straggler is at least this on its option."""
+        key = (option, mbs, blocks)
+        window = self._windows.get(key)
+        if window is None:
+            prefix = self._time_prefix(option[0], mbs)
+            last = self.model.blocks + 1
+            window = min(prefix[i + blocks] - prefix[i] for i in range(1, last - blocks + 1))
+            self._windows[key] = window
+        return window
+
+    def _pair_fill(self, options: Sequence[Option], mbs: int) -> float:
+        """sum over layers of the faster option's time: the stages of a profile over these
+        options run every layer once, each on one of them, so their times add up to at
+        least this."""
+        key = (tuple(options), mbs)
+        fill = self._fills.get(key)
+        if fill is None:
+            prefixes = [self._time_prefix(o[0], mbs) for o in set(options)]
+            layers = range(self.model.blocks + 2)
+            fill = sum(min(p[i + 1] - p[i] for p in prefixes) for i in layers)
+            self._fills[key] = fill
+        return fill
 
     def _work_share(self, options: Sequence[Option], mbs: int) -> float:
         """W = sum over layers of min over `options` of (the layer's time / the option's
@@ -735,20 +866,19 @@ class _Search:
             self._block_egresses[key] = egress
         return egress
 
-    def _block_ring(self, option: Option, dp: int) -> float:
-        """The ring all-reduce of one block's gradients over D ranks of the option, at its
-        slowest pair of kinds: no stage of the option syncs faster, as every stage holds at
-        least one block and a ring takes longer for more bytes."""
+    def _block_ring(self, option: Option, dp: int, blocks: int = 1) -> float:
+        """The ring all-reduce of `blocks` blocks' gradients over D ranks of the option, at
+        its slowest pair of kinds: a stage of the option holding at least that many blocks
+        syncs no faster, as a ring takes longer for more bytes (every stage holds one
+        block; the largest of P holds ceil(L / P))."""
         if dp < 2:
             return 0.0
-        key = (option, dp)
+        key = (option, dp, blocks)
         ring = self._block_rings.get(key)
         if ring is None:
-            one_block = (0, 1, False, False)
+            stage = (0, blocks, False, False)
             ring = max(
-                self.model.ring(a, b, one_block, dp)
-                for x, a in enumerate(option)
-                for b in option[x:]
+                self.model.ring(a, b, stage, dp) for x, a in enumerate(option) for b in option[x:]
             )
             self._block_rings[key] = ring
         return ring
