@@ -32,6 +32,19 @@ Why it is exact (with every approximation off), step by step:
 6. Before all this, a `kind-profiles` pass seeds the incumbent (a real candidate, so the
    bound only tightens).
 
+How `kind-profiles` searches its own space without losing anything of it (tested against
+the same space enumerated with no pruning, tests/test_solver_profiles.py): a profile is a
+slow option on the first n stages and a fast one on the rest. Per shape, a Lagrangian dual
+of the linear relaxation bounds sum_i 1 / speed_i over every quota-feasible profile
+(`_most_capacity`), and with the least time of ceil(L / P) consecutive blocks (one stage
+holds that many) bounds the straggler; for min_cost and budgets a cost floor follows from
+the same terms. Per pair of options, the feasible n form an interval by Hall's condition on
+the pools they draw from (`_run_lengths`), cut further in closed form by the incumbent
+(`_within`). Per profile, the bound adds its own sends both ways, the ring of its widest
+stage, its egress and its least rental rate; profiles are then split and scored in order of
+that bound. The split first tries the largest straggler that could still win
+(`_straggler_ceiling`): one greedy fill rejects most profiles.
+
 Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
 turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator below:
 one kind or one H6 region-wide set per stage, at most two per pipeline, min-max splits),
@@ -217,6 +230,7 @@ class _Search:
         self._windows: dict[tuple[Option, int, int], float] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._pair_tables: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+        self._pair_constants: dict[int, list[tuple[Any, ...]]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
 
@@ -333,13 +347,14 @@ class _Search:
 
     def shape_bounds(self, mbs: int, stages: int, first: int, last: int) -> list[float]:
         """`shape_bound` for D = first..last, sharing what does not depend on D: the bound
-        is computed for thousands of shapes before the search starts."""
+        is computed for thousands of shapes before the search starts. A shape whose bounds
+        already break the budget or the throughput floor gets an infinite one."""
         model = self.model
         total = model.batch // mbs
         blocks = -(-model.blocks // stages)
         throughput = self.objective == "max_throughput"
         unit = stages * self._min_tp * self._cheapest
-        floor = 0.0 if throughput else self.work_cost(mbs)
+        floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
         # the terms depend on D only through the largest affordable TP degree
         fixed: dict[int, tuple[float, float, float, float]] = {}
         bounds = []
@@ -359,7 +374,11 @@ class _Search:
             fill, static, per_dp, _ = terms
             straggler = per_dp * dp if per_dp * dp > static else static
             t = fill + (-(-total // dp) - 1) * straggler + self.sync_bound(stages, dp)
-            bounds.append(t if throughput else max(t * dp * unit, floor))
+            cost = max(t * dp * unit, floor)
+            if self.violates(t, cost / t if t > 0 else 0.0):
+                bounds.append(math.inf)
+            else:
+                bounds.append(t if throughput else cost)
         return bounds
 
     def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
@@ -423,7 +442,9 @@ class _Search:
             for stages in range(1, model.blocks + 1):
                 last = min(total, self.total_devices // (stages * self._min_tp))
                 bounds = self.shape_bounds(mbs, stages, 1, last)
-                shapes += [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1)]
+                shapes += [
+                    (lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf
+                ]
         shapes.sort()
         stop = ""
         try:
@@ -642,16 +663,15 @@ class _Search:
                 self.budget is not None and floor > self.budget
             ):
                 return
-        queue: list[tuple[float, int, int, int, float, float]] = []
+        queue: list[tuple[float, Option, Option, int, float, float]] = []
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
         for pair in self._pairs(mbs, dp):
-            x, y, slow, fast, share, sp_s, sp_f = pair[:7]
-            s_ss, s_sf, s_ff, ring_s, ring_f, e_ss, e_sf, e_ff, r_s, r_f = pair[7:17]
-            fill = max(fill_lb, pair[19])
+            slow, fast, share, sp_s, sp_f, s_ss, s_sf, s_ff, e_ss, e_sf, e_ff = pair[:11]
+            per_stage, per_pass, pair_fill, ring_s, ring_f, r_s, r_f = pair[11:]
+            fill = max(fill_lb, pair_fill)
             if costly:
-                per_stage, per_pass = pair[17:19]
                 pair_cost = (fill + sync_lb) * stages * dp * per_stage
                 pair_cost += m1 * share * dp * per_pass
                 if (not throughput and pair_cost > bound) or (
@@ -666,7 +686,7 @@ class _Search:
                 continue
             widest = self._block_ring(slow, dp, largest)
             window = self._window(slow, mbs, largest)
-            if x != y:
+            if slow != fast:
                 widest = min(widest, self._block_ring(fast, dp, largest))
                 window = min(window, self._window(fast, mbs, largest))
             ring_slow, ring_fast = max(sync_lb, ring_s, widest), max(sync_lb, ring_f, widest)
@@ -693,13 +713,12 @@ class _Search:
                     continue
                 value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
                 if value <= bound:
-                    queue.append((value, x, y, n, fixed, floor))
+                    queue.append((value, slow, fast, n, fixed, floor))
         queue.sort()
-        for value, x, y, n, fixed, floor in queue:
+        for value, slow, fast, n, fixed, floor in queue:
             if value > self.bound():
                 break
             self._check_limits()
-            slow, fast = hosts[x], hosts[y]
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self._profile_rate(slow, n, fast, stages - n, dp)
             ceiling = self._straggler_ceiling(fixed, m1, rate)
@@ -716,24 +735,35 @@ class _Search:
 
     def _pairs(self, mbs: int, dp: int) -> list[tuple[Any, ...]]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
-        what its profiles' bounds need and does not depend on P: (x, y, slow, fast, W,
-        speed_slow, speed_fast, the three sends, the two block rings, the three boundary
-        egresses, the two block ring egresses, least tp x price, least tp x price x speed,
-        the fill of every layer on the faster of the two)."""
+        what its profiles' bounds need and does not depend on P: (slow, fast, W,
+        speed_slow, speed_fast, the three sends, the three boundary egresses, least
+        tp x price, least tp x price x speed, the fill of every layer on the faster of the
+        two, then the two block rings and the two block ring egresses at D)."""
         key = (mbs, dp)
         pairs = self._pair_tables.get(key)
         if pairs is None:
-            speed, _ = self._option_speeds(mbs)
             hosts = self._hosts(mbs, dp)
-            pairs = []
-            for x, slow in enumerate(hosts):
-                for y in range(x, len(hosts)):
-                    fast = hosts[y]
+            at_dp = {o: (self._block_ring(o, dp), self._block_egress(o, dp)) for o in hosts}
+            pairs = [
+                (*row, at_dp[row[0]][0], at_dp[row[1]][0], at_dp[row[0]][1], at_dp[row[1]][1])
+                for row in self._pair_rows(mbs)
+                if row[0] in at_dp and row[1] in at_dp
+            ]
+            self._pair_tables[key] = pairs
+        return pairs
+
+    def _pair_rows(self, mbs: int) -> list[tuple[Any, ...]]:
+        """The part of `_pairs` that depends on the microbatch size alone, for every pair of
+        options, slowest first."""
+        rows = self._pair_constants.get(mbs)
+        if rows is None:
+            speed, ordered = self._option_speeds(mbs)
+            rows = []
+            for x, slow in enumerate(ordered):
+                for fast in ordered[x:]:
                     both = (slow, fast)
-                    pairs.append(
+                    rows.append(
                         (
-                            x,
-                            y,
                             slow,
                             fast,
                             self._work_share(both, mbs),
@@ -742,20 +772,16 @@ class _Search:
                             self._send(slow, slow, mbs),
                             self._send(slow, fast, mbs),
                             self._send(fast, fast, mbs),
-                            self._block_ring(slow, dp),
-                            self._block_ring(fast, dp),
                             self._boundary_egress(slow, slow, mbs),
                             self._boundary_egress(slow, fast, mbs),
                             self._boundary_egress(fast, fast, mbs),
-                            self._block_egress(slow, dp),
-                            self._block_egress(fast, dp),
                             min(self._facts(o)[0] * self._facts(o)[2] for o in both),
                             min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in both),
                             self._pair_fill(both, mbs),
                         )
                     )
-            self._pair_tables[key] = pairs
-        return pairs
+            self._pair_constants[mbs] = rows
+        return rows
 
     @staticmethod
     def _within(
