@@ -113,9 +113,15 @@ class _Exhaustive(search_module._Search):
 
 
 def _best(spec: Spec, searcher: type[search_module._Search]) -> float | None:
-    found = searcher(PlanningModel(spec), SearchOptions(approximations=PROFILES)).run()
+    found = _top(spec, searcher, 1)
+    return found[0] if found else None
+
+
+def _top(spec: Spec, searcher: type[search_module._Search], top: int) -> list[float]:
+    options = SearchOptions(approximations=PROFILES, top=top)
+    found = searcher(PlanningModel(spec), options).run()
     assert found.complete
-    return found.candidates[0].value if found.candidates else None
+    return [c.value for c in found.candidates]
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -126,13 +132,40 @@ def _same(a: float | None, b: float | None) -> bool:
 
 @pytest.mark.slow
 def test_pruned_profiles_find_the_exhaustive_optimum() -> None:
+    """The best, and with top 3 the best of the three best signatures: pruning against the
+    third signature's value must keep every candidate that could be among them."""
     feasible = 0
     for name, spec in _cases():
-        pruned = _best(spec, search_module._Search)
-        exhaustive = _best(spec, _Exhaustive)
-        assert _same(pruned, exhaustive), (name, pruned, exhaustive)
-        feasible += exhaustive is not None
+        exhaustive = _top(spec, _Exhaustive, 3)
+        pruned = _top(spec, search_module._Search, 3)
+        assert len(pruned) == len(exhaustive), (name, pruned, exhaustive)
+        assert all(_same(a, b) for a, b in zip(pruned, exhaustive, strict=True)), name
+        best = _best(spec, search_module._Search)
+        assert _same(best, exhaustive[0] if exhaustive else None), name
+        feasible += bool(exhaustive)
     assert feasible >= len(SEEDS) // 2
+
+
+def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:
+    """The closed form against the inequality itself, n by n."""
+    rng = random.Random(11)
+    cut = 0
+    for _ in range(2000):
+        stages = rng.randint(2, 12)
+        sp_f = rng.uniform(0.1, 2.0)
+        sp_s = sp_f * rng.choice([1.0, rng.uniform(1.0, 5.0)])
+        lo = rng.randint(1, stages - 1)
+        lengths = range(lo, rng.randint(lo, stages - 1) + 1)
+        passes = rng.choice([0.0, rng.uniform(0, 50)])
+        at = rng.randint(1, stages - 1)
+        room = passes / (at / sp_s + (stages - at) / sp_f) * rng.uniform(0.97, 1.03)
+        room = rng.choice([room, rng.uniform(-1, 20)])
+        kept = set(search_module._Search._within(lengths, stages, room, passes, sp_s, sp_f))
+        bound = {n: passes / (n / sp_s + (stages - n) / sp_f) for n in lengths}
+        assert {n for n in lengths if bound[n] <= room} <= kept, (lengths, kept)
+        assert all(bound[n] <= room * (1 + 1e-6) + 1e-12 for n in kept), (lengths, kept)
+        cut += 0 < len(kept) < len(lengths)
+    assert cut > 40
 
 
 def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
