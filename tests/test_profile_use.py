@@ -341,3 +341,22 @@ def test_a_missing_or_broken_profile_file_is_a_clear_error(tmp_path: Path) -> No
     bad = runner.invoke(app, ["plan", str(tmp_path / "spec.yaml"), "--profile", str(broken)])
     assert bad.exit_code == 1 and f"{broken}:2:3: not valid JSON" in bad.output
     assert not out.exists()
+
+
+def test_the_planner_prices_links_between_nodes_by_the_inter_node_fit(tmp_path: Path) -> None:
+    """`PlanningModel.measured_link`: between nodes of one device in one zone, one flow's
+    share of the measured peak with the fit's curve; without the fit, the spec's link."""
+    from hetc.costmodel.network import FLAT, link_between
+    from hetc.costmodel.planning import PlanningModel
+
+    spec = _spec(tmp_path, SPEC)
+    four_flows = BandwidthFit(coefficients=(0.0, 0.0, 6.0), peak=6e9)
+    fitted = _profile(network={"inter_node": {"p2p": {4: four_flows}}})
+    spec_link = link_between(spec.network, spec.zones[0], spec.zones[0])  # type: ignore[attr-defined]
+    link, curve, nic = PlanningModel(spec, profiles=[fitted]).measured_link(0, 0, 2)  # type: ignore[arg-type]
+    assert link.bandwidth == pytest.approx(6e9 / 4)
+    assert link.latency == spec_link.latency
+    assert curve == four_flows.curve() and curve != FLAT
+    assert nic == spec.zones[0].pools[0].nic_bandwidth  # type: ignore[attr-defined]
+    plain = PlanningModel(spec, profiles=[_profile(network={})]).measured_link(0, 0, 2)  # type: ignore[arg-type]
+    assert plain == (spec_link, FLAT, nic)

@@ -315,7 +315,7 @@ class PlanningModel:
     def activation_bytes(self, microbatch: int) -> float:
         return float(microbatch * self.spec.training.seq_len * self.arch.hidden * self.element)
 
-    def _measured_link(
+    def measured_link(
         self, pool_a: int, pool_b: int, flows: int
     ) -> tuple[LinkClass, MessageSizeCurve, float]:
         """The link between nodes of two pools, its curve and NIC rate: the spec's, or where
@@ -334,7 +334,7 @@ class PlanningModel:
         return self._links[key]
 
     def _send(self, pool_a: int, pool_b: int, microbatch: int) -> float:
-        link, curve, nic = self._measured_link(pool_a, pool_b, 1)
+        link, curve, nic = self.measured_link(pool_a, pool_b, 1)
         return send_time(self.activation_bytes(microbatch), link, nic_bandwidth=nic, curve=curve)
 
     def _gradient_bytes(self, stage_key: StageKey, tp: int) -> float:
@@ -359,7 +359,7 @@ class PlanningModel:
         as the one between kinds a and b."""
         ka, kb = self.kinds[kind_a], self.kinds[kind_b]
         flows = max(ka.tp, kb.tp)
-        link, curve, nic = self._measured_link(ka.pool, kb.pool, flows)
+        link, curve, nic = self.measured_link(ka.pool, kb.pool, flows)
         return ring_all_reduce_time(
             self.gradient_bytes(stage_key, min(ka.tp, kb.tp)),
             dp,
@@ -371,7 +371,7 @@ class PlanningModel:
 
     def _tied(self, kind_first: int, kind_last: int) -> float:
         ka, kb = self.kinds[kind_first], self.kinds[kind_last]
-        link, curve, nic = self._measured_link(ka.pool, kb.pool, 1)
+        link, curve, nic = self.measured_link(ka.pool, kb.pool, 1)
         nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.element
         return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
 

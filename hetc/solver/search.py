@@ -204,6 +204,7 @@ class _Search:
         self._layer_best: dict[tuple[int, int], list[float]] = {}
         self._sigma_order: dict[int, list[int]] = {}
         self._sync_bound: dict[int, float] = {}
+        self._ring_pairs: list[tuple[int, int]] | None = None
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._options: list[tuple[int, ...]] | None = None
         self._combo_info: dict[
@@ -322,17 +323,31 @@ class _Search:
     def sync_bound(self, stages: int, dp: int) -> float:
         """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P: the ring
         time is affine in bytes with a non-negative intercept, and the largest stage holds at
-        least 1/P of the gradients. A ring between two kinds is the same either way round."""
+        least 1/P of the gradients."""
         if dp < 2:
             return 0.0
         if dp not in self._sync_bound:
-            model = self.model
-            whole = (0, model.blocks, True, True)
-            kinds = range(len(model.kinds))
+            whole = (0, self.model.blocks, True, True)
             self._sync_bound[dp] = min(
-                model.ring(a, b, whole, dp) for a in kinds for b in kinds if a <= b
+                self.model.ring(a, b, whole, dp) for a, b in self._distinct_rings()
             )
         return self._sync_bound[dp] / stages
+
+    def _distinct_rings(self) -> list[tuple[int, int]]:
+        """One kind pair per distinct ring: a ring depends on the two kinds only through
+        their link (with its curve and NIC), the flows on it (the larger TP) and the bytes
+        per rank (the smaller TP); a ring between two kinds is the same either way round."""
+        if self._ring_pairs is None:
+            model = self.model
+            seen: dict[tuple[object, ...], tuple[int, int]] = {}
+            for a, ka in enumerate(model.kinds):
+                for b in range(a, len(model.kinds)):
+                    kb = model.kinds[b]
+                    flows = max(ka.tp, kb.tp)
+                    link = model.measured_link(ka.pool, kb.pool, flows)
+                    seen.setdefault((link, flows, min(ka.tp, kb.tp)), (a, b))
+            self._ring_pairs = list(seen.values())
+        return self._ring_pairs
 
     def bound(self) -> float:
         """The objective value a candidate must beat (or tie) to matter: the best's, or with
