@@ -95,9 +95,14 @@ def _cases() -> list[tuple[str, Spec]]:
 
 
 class _Exhaustive(search_module._Search):
-    """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound,
-    no cost floor, no straggler ceiling; each profile is split and scored at a leaf, where
-    the estimate alone decides feasibility."""
+    """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound
+    (the searcher forgets both; the estimate at each leaf still checks them), no cost floor
+    (prices of 0), no straggler ceiling: each profile is split and scored at a leaf."""
+
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+        self.budget = None
+        self.time_cap = None
 
     def bound(self) -> float:
         return math.inf
@@ -108,8 +113,11 @@ class _Exhaustive(search_module._Search):
     def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
         return math.inf
 
-    def _cost_floor(self, *args: object) -> float:
-        return 0.0
+    def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
+        return 0.0, 0.0
+
+    def _pairs(self, mbs: int, dp: int) -> list[search_module._Pair]:
+        return [p._replace(per_stage=0.0, per_pass=0.0) for p in super()._pairs(mbs, dp)]
 
 
 def _best(spec: Spec, searcher: type[search_module._Search]) -> float | None:

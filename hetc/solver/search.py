@@ -69,7 +69,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations, pairwise
-from typing import Any
+from typing import NamedTuple
 
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
 
@@ -179,6 +179,34 @@ class _Stop(Exception):
     pass
 
 
+class _Pair(NamedTuple):
+    """What the bounds of every profile over two options need, apart from P."""
+
+    slow: Option
+    fast: Option
+    share: float
+    """`_Search._work_share` of the two."""
+    speed_slow: float
+    speed_fast: float
+    send_ss: float
+    send_sf: float
+    send_ff: float
+    egress_ss: float
+    egress_sf: float
+    egress_ff: float
+    per_stage: float
+    """Least tp x price of the two (`_cost_floor`)."""
+    per_pass: float
+    """Least tp x price x speed of the two."""
+    fill: float
+    """Every layer on the faster of the two (`_Search._pair_fill`)."""
+    ring_slow: float
+    ring_fast: float
+    """One block's ring at D on each (`_Search._block_ring`)."""
+    ring_egress_slow: float
+    ring_egress_fast: float
+
+
 class _Search:
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
         self.model = model
@@ -230,8 +258,9 @@ class _Search:
         self._fills: dict[tuple[tuple[Option, ...], int], float] = {}
         self._windows: dict[tuple[Option, int, int], float] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
-        self._pair_tables: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
-        self._pair_constants: dict[int, list[tuple[Any, ...]]] = {}
+        self._pair_tables: dict[tuple[int, int], list[_Pair]] = {}
+        self._pair_constants: dict[int, list[_Pair]] = {}
+        self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
 
@@ -673,7 +702,8 @@ class _Search:
             return
         costly = not throughput or self.budget is not None
         if costly:
-            floor = self._cost_floor(fill_lb + sync_lb, m1 * share, stages, dp, hosts, mbs)
+            per_stage, per_pass = self._least_prices(mbs, dp)
+            floor = _cost_floor(fill_lb + sync_lb, m1 * share, stages, dp, per_stage, per_pass)
             if (not throughput and floor > bound) or (
                 self.budget is not None and floor > self.budget
             ):
@@ -687,8 +717,7 @@ class _Search:
             per_stage, per_pass, pair_fill, ring_s, ring_f, r_s, r_f = pair[11:]
             fill = max(fill_lb, pair_fill)
             if costly:
-                pair_cost = (fill + sync_lb) * stages * dp * per_stage
-                pair_cost += m1 * share * dp * per_pass
+                pair_cost = _cost_floor(fill + sync_lb, m1 * share, stages, dp, per_stage, per_pass)
                 if (not throughput and pair_cost > bound) or (
                     self.budget is not None and pair_cost > self.budget
                 ):
@@ -748,28 +777,30 @@ class _Search:
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
 
-    def _pairs(self, mbs: int, dp: int) -> list[tuple[Any, ...]]:
+    def _pairs(self, mbs: int, dp: int) -> list[_Pair]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
-        what its profiles' bounds need and does not depend on P: (slow, fast, W,
-        speed_slow, speed_fast, the three sends, the three boundary egresses, least
-        tp x price, least tp x price x speed, the fill of every layer on the faster of the
-        two, then the two block rings and the two block ring egresses at D)."""
+        what its profiles' bounds need and does not depend on P (`_Pair`)."""
         key = (mbs, dp)
         pairs = self._pair_tables.get(key)
         if pairs is None:
             hosts = self._hosts(mbs, dp)
             at_dp = {o: (self._block_ring(o, dp), self._block_egress(o, dp)) for o in hosts}
             pairs = [
-                (*row, at_dp[row[0]][0], at_dp[row[1]][0], at_dp[row[0]][1], at_dp[row[1]][1])
+                row._replace(
+                    ring_slow=at_dp[row.slow][0],
+                    ring_fast=at_dp[row.fast][0],
+                    ring_egress_slow=at_dp[row.slow][1],
+                    ring_egress_fast=at_dp[row.fast][1],
+                )
                 for row in self._pair_rows(mbs)
-                if row[0] in at_dp and row[1] in at_dp
+                if row.slow in at_dp and row.fast in at_dp
             ]
             self._pair_tables[key] = pairs
         return pairs
 
-    def _pair_rows(self, mbs: int) -> list[tuple[Any, ...]]:
+    def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
-        options, slowest first."""
+        options, slowest first (the rings at D left 0)."""
         rows = self._pair_constants.get(mbs)
         if rows is None:
             speed, ordered = self._option_speeds(mbs)
@@ -778,7 +809,7 @@ class _Search:
                 for fast in ordered[x:]:
                     both = (slow, fast)
                     rows.append(
-                        (
+                        _Pair(
                             slow,
                             fast,
                             self._work_share(both, mbs),
@@ -793,6 +824,10 @@ class _Search:
                             min(self._facts(o)[0] * self._facts(o)[2] for o in both),
                             min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in both),
                             self._pair_fill(both, mbs),
+                            0.0,
+                            0.0,
+                            0.0,
+                            0.0,
                         )
                     )
             self._pair_constants[mbs] = rows
@@ -863,24 +898,20 @@ class _Search:
             self._shares[key] = share
         return share
 
-    def _cost_floor(
-        self,
-        fixed: float,
-        passes: float,
-        stages: int,
-        dp: int,
-        options: Sequence[Option],
-        mbs: int,
-    ) -> float:
-        """Least USD per iteration of any profile over `options`: cost >= T x rate with
-        T >= fixed + passes / capacity (passes = (m - 1) x W, `_work_share`) and
-        rate >= D x sum_i tp_i x price_i (each stage's D replicas at their cheapest price),
-        so cost >= fixed x P x D x min(tp x price) + passes x D x min(tp x price x speed)
-        (rate / capacity is a mediant of the stages' tp x price x speed)."""
-        speed, _ = self._option_speeds(mbs)
-        per_stage = min(self._facts(o)[0] * self._facts(o)[2] for o in options)
-        per_pass = min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in options)
-        return fixed * stages * dp * per_stage + passes * dp * per_pass
+    def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
+        """(least tp x price, least tp x price x speed) over the hosts, for `_cost_floor`."""
+        key = (mbs, dp)
+        prices = self._host_prices.get(key)
+        if prices is None:
+            speed, _ = self._option_speeds(mbs)
+            hosts = self._hosts(mbs, dp)
+            facts = [self._facts(o) for o in hosts]
+            prices = (
+                min(f[0] * f[2] for f in facts),
+                min(f[0] * f[2] * speed[o] for f, o in zip(facts, hosts, strict=True)),
+            )
+            self._host_prices[key] = prices
+        return prices
 
     def _send(self, a: Option, b: Option, mbs: int) -> float:
         key = (a, b, mbs)
@@ -1496,6 +1527,18 @@ class _Partial:
     """Devices the mixed stages need beyond `forced`, on pools chosen at the leaf."""
     mixed: tuple[tuple[int, ...], ...] = ()
     """The mixed stages' kind sets, sorted: with `forced`, they fix which counts are possible."""
+
+
+def _cost_floor(
+    fixed: float, passes: float, stages: int, dp: int, per_stage: float, per_pass: float
+) -> float:
+    """Least USD per iteration of any profile over options whose least tp x price is
+    `per_stage` and least tp x price x speed is `per_pass`: cost >= T x rate with
+    T >= fixed + passes / capacity (passes = (m - 1) x W, `_Search._work_share`) and
+    rate >= D x sum_i tp_i x price_i (each stage's D replicas at their cheapest price), so
+    cost >= fixed x P x D x per_stage + passes x D x per_pass (rate / capacity is a mediant
+    of the stages' tp x price x speed)."""
+    return fixed * stages * dp * per_stage + passes * dp * per_pass
 
 
 def _splits(total: int, parts: int) -> Iterable[tuple[int, ...]]:
