@@ -11,7 +11,8 @@ Why it is exact (with every approximation off), step by step:
 1. Shapes (m, P, D) are visited in order of a lower bound on the objective, and the search
    stops at the first shape whose bound exceeds the incumbent. The bound: iteration time >=
    F_lb + (m - 1) S_lb + Y_lb, where F_lb sums each layer's fastest time on any affordable
-   kind; S_lb = max(F_lb / P, the slowest such layer, D x W / G_eff) with W the least
+   kind; S_lb = max(F_lb / P, the slowest such layer, the least time of ceil(L / P)
+   consecutive blocks (one stage holds that many), D x W / G_eff) with W the least
    device-seconds of the model and G_eff the devices weighted by how fast each pool can be
    relative to the best (`device_work`: device-time conservation); Y_lb the cheapest ring
    over D ranks of 1/P of the gradients. Cost >= that time x (D x P x least TP devices at
@@ -384,15 +385,11 @@ class _Search:
         that could enter the top K is pruned."""
         return self._kth
 
-    def shape_bound(self, mbs: int, stages: int, dp: int) -> float:
-        """A lower bound on the objective of every candidate of shape (m, P, D): see the
-        module docstring, step 1 (`shape_bounds` computes the same for every D at once)."""
-        return self.shape_bounds(mbs, stages, dp, dp)[0]
-
-    def shape_bounds(self, mbs: int, stages: int, first: int, last: int) -> list[float]:
-        """`shape_bound` for D = first..last, sharing what does not depend on D: the bound
-        is computed for thousands of shapes before the search starts. A shape whose bounds
-        already break the budget or the throughput floor gets an infinite one."""
+    def shape_bounds(self, mbs: int, stages: int, last: int) -> list[float]:
+        """Lower bounds on the objective of every candidate of shape (m, P, D) for
+        D = 1..last (the module docstring, step 1), sharing what does not depend on D:
+        they are computed for thousands of shapes before the search starts. A shape whose
+        bounds already break the budget or the throughput floor gets an infinite one."""
         model = self.model
         total = model.batch // mbs
         blocks = -(-model.blocks // stages)
@@ -400,10 +397,10 @@ class _Search:
         unit = stages * self._min_tp * self._cheapest
         floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
         # the terms depend on D only through the largest affordable TP degree
-        fixed: dict[int, tuple[float, float, float, float]] = {}
+        fixed: dict[int, tuple[float, float, float]] = {}
         bounds = []
         degrees = self._tp_degrees
-        for dp in range(first, last + 1):
+        for dp in range(1, last + 1):
             max_tp = self.affordable_tp(stages, dp)
             cap = 0
             for tp in degrees:
@@ -413,9 +410,9 @@ class _Search:
             if terms is None:
                 fill, worst_layer, work, free = self._terms(mbs, max_tp)
                 static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
-                terms = (fill, static, work / free if free > 0 else 0.0, 0.0)
+                terms = (fill, static, work / free if free > 0 else 0.0)
                 fixed[cap] = terms
-            fill, static, per_dp, _ = terms
+            fill, static, per_dp = terms
             straggler = per_dp * dp if per_dp * dp > static else static
             t = fill + (-(-total // dp) - 1) * straggler + self.sync_bound(stages, dp)
             cost = max(t * dp * unit, floor)
@@ -439,7 +436,7 @@ class _Search:
 
     def _terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
         """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
-        for `shape_bound`, cached: the first two depend on the TP cap only through the
+        for `shape_bounds`, cached: the first two depend on the TP cap only through the
         largest TP degree under it."""
         tp = max((t for t in self._tp_degrees if t <= max_tp), default=0)
         terms = self._shape_terms.get((mbs, tp))
@@ -485,7 +482,7 @@ class _Search:
             total = model.batch // mbs
             for stages in range(1, model.blocks + 1):
                 last = min(total, self.total_devices // (stages * self._min_tp))
-                bounds = self.shape_bounds(mbs, stages, 1, last)
+                bounds = self.shape_bounds(mbs, stages, last)
                 shapes += [
                     (lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf
                 ]
