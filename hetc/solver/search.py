@@ -672,13 +672,15 @@ class _Search:
 
     def profiles(self, mbs: int, stages: int, dp: int) -> None:
         """`kind-profiles`: a profile is a slower option on the first n stages and a faster
-        one on the rest (n = P: one option). Each gets a lower bound: the fill of the
-        fastest layers plus its own sends both ways, (m - 1) times its fractional straggler
-        1 / sum_i(1 / speed_i), and the larger of the shape's ring bound and the ring of one
-        block on each of its options (every stage holds a block); times the least rental
-        rate of its devices for min_cost. The feasible n of a pair come from its quotas in
-        O(1). The profiles are then split (`min_max_split`), timed, and scored exactly in
-        order of that bound, stopping at the first that cannot beat the incumbent."""
+        one on the rest (n = P: one option). The shape is dropped at once when its capacity
+        and window bounds (or its cost floor) cannot beat the incumbent. Each profile then
+        gets a lower bound: the fill of every layer on the faster of its options plus its
+        own sends both ways; (m - 1) times its straggler floor, the larger of
+        (W + sends / speed) / sum_i(1 / speed_i) and the least ceil(L / P)-block window;
+        the ring of its widest stage; for min_cost its least rental rate and egress. The
+        feasible n of a pair come from the quotas and the incumbent in closed form. The
+        profiles are then split (`min_max_split`), timed, and scored in order of that
+        bound, stopping at the first that cannot beat the incumbent (module docstring)."""
         model = self.model
         speed, _ = self._option_speeds(mbs)
         m1 = -(-(model.batch // mbs) // dp) - 1
@@ -700,9 +702,9 @@ class _Search:
         costly = not throughput or self.budget is not None
         if costly:
             per_stage, per_pass = self._least_prices(mbs, dp)
-            floor = _cost_floor(fill_lb + sync_lb, m1 * share, stages, dp, per_stage, per_pass)
-            if (not throughput and floor > bound) or (
-                self.budget is not None and floor > self.budget
+            cheapest = _cost_floor(fill_lb + sync_lb, m1 * share, stages, dp, per_stage, per_pass)
+            if (not throughput and cheapest > bound) or (
+                self.budget is not None and cheapest > self.budget
             ):
                 return
         queue: list[tuple[float, Option, Option, int, float, float]] = []
