@@ -69,6 +69,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from itertools import combinations, pairwise
 from typing import NamedTuple
 
@@ -252,9 +253,11 @@ class _Search:
         self._duals: dict[int, list[tuple[float, float]]] = {}
         self._block_rings: dict[tuple[Option, int, int], float] = {}
         self._block_egresses: dict[tuple[Option, int], float] = {}
-        self._boundary_egresses: dict[tuple[Option, Option, int], float] = {}
         self._option_facts: dict[Option, tuple[int, int, float, int]] = {}
-        self._sends: dict[tuple[Option, Option, int], float] = {}
+        self._send = cache(model.send_between)
+        """The planning model's sends and boundary egress between two options, cached: the
+        profile bounds and every split ask for the same few pairs again and again."""
+        self._boundary_egress = cache(model.boundary_egress)
         self._shares: dict[tuple[tuple[Option, ...], int], float] = {}
         self._fills: dict[tuple[tuple[Option, ...], int], float] = {}
         self._windows: dict[tuple[Option, int, int], float] = {}
@@ -911,22 +914,6 @@ class _Search:
             )
             self._host_prices[key] = prices
         return prices
-
-    def _send(self, a: Option, b: Option, mbs: int) -> float:
-        key = (a, b, mbs)
-        send = self._sends.get(key)
-        if send is None:
-            send = self.model.send_between(a, b, mbs)
-            self._sends[key] = send
-        return send
-
-    def _boundary_egress(self, a: Option, b: Option, mbs: int) -> float:
-        key = (a, b, mbs)
-        egress = self._boundary_egresses.get(key)
-        if egress is None:
-            egress = self.model.boundary_egress(a, b, mbs)
-            self._boundary_egresses[key] = egress
-        return egress
 
     def _block_egress(self, option: Option, dp: int) -> float:
         """Egress of one block's ring on the option: each stage of it holds at least that."""
