@@ -233,8 +233,15 @@ class _Search:
         self.approx = options.approximations
         self._layer_best: dict[tuple[int, int], list[float]] = {}
         self._sigma_order: dict[int, list[int]] = {}
-        self._sync_bound: dict[int, float] = {}
-        self._ring_pairs: list[tuple[int, int]] | None = None
+        self._sync_rings: dict[int, tuple[float, float, tuple[int, int], tuple[float, float]]] = {}
+        self._ring_pairs: list[tuple[int, int, int, float]] | None = None
+        zones: dict[str, int] = {}
+        regions: dict[str, int] = {}
+        for slot, devices in zip(model.pools, self.capacity, strict=True):
+            zones[slot.zone.name] = zones.get(slot.zone.name, 0) + devices
+            regions[slot.zone.region] = regions.get(slot.zone.region, 0) + devices
+        self._locality_capacity = (list(zones.values()), list(regions.values()))
+        """Devices per zone and per region, for `_crossings`."""
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._options: list[tuple[int, ...]] | None = None
         self._combo_info: dict[
@@ -354,31 +361,66 @@ class _Search:
         return (self.total_devices - (stages - 1) * dp * self._min_tp) // dp
 
     def sync_bound(self, stages: int, dp: int) -> float:
-        """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P: the ring
+        """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P (the ring
         time is affine in bytes with a non-negative intercept, and the largest stage holds at
-        least 1/P of the gradients."""
+        least 1/P of the gradients), and >= 2 (D - 1) link latencies, which a ring pays
+        whatever its bytes. Where the rings must cross zones (or regions), only links that
+        cross count: a stage of D replicas needs at least D x (least TP) devices, so when no
+        zone has that many every stage's ring crosses zones, and when the zones cannot hold
+        P such stages whole at least one does (`_sync_terms`)."""
         if dp < 2:
             return 0.0
-        if dp not in self._sync_bound:
-            whole = (0, self.model.blocks, True, True)
-            self._sync_bound[dp] = min(
-                self.model.ring(a, b, whole, dp) for a, b in self._distinct_rings()
-            )
-        return self._sync_bound[dp] / stages
+        terms = self._sync_rings.get(dp)
+        if terms is None:
+            terms = self._sync_rings[dp] = self._sync_terms(dp)
+        whole, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
+        some = (
+            region_latency
+            if whole_regions < stages
+            else zone_latency
+            if whole_zones < stages
+            else 0.0
+        )
+        return max(whole / stages, latency, some)
 
-    def _distinct_rings(self) -> list[tuple[int, int]]:
-        """One kind pair per distinct ring: a ring depends on the two kinds only through
-        their link (with its curve and NIC), the flows on it (the larger TP) and the bytes
-        per rank (the smaller TP); a ring between two kinds is the same either way round."""
+    def _sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
+        """For `sync_bound` at D: the least whole-model ring and ring latency over the links
+        every stage's ring must cross; how many stages of D x (least TP) devices the zones,
+        and the regions, hold whole; the least ring latency across zones and across
+        regions."""
+        whole = (0, self.model.blocks, True, True)
+        least = [(math.inf, math.inf)] * 3
+        for a, b, level, latency in self._distinct_rings():
+            ring = self.model.ring(a, b, whole, dp)
+            for at in range(level + 1):
+                w, lat = least[at]
+                least[at] = (min(w, ring), min(lat, 2 * (dp - 1) * latency))
+        need = dp * self._min_tp
+        zones, regions = self._locality_capacity
+        every = 2 if need > max(regions) else 1 if need > max(zones) else 0
+        held = (sum(u // need for u in zones), sum(u // need for u in regions))
+        return (*least[every], held, (least[1][1], least[2][1]))
+
+    def _distinct_rings(self) -> list[tuple[int, int, int, float]]:
+        """One kind pair per distinct ring, with the locality level its link crosses (0 in
+        a zone, 1 between zones of a region, 2 between regions) and the link's latency: a
+        ring depends on the two kinds only through their link (with its curve and NIC), the
+        flows on it (the larger TP) and the bytes per rank (the smaller TP); a ring between
+        two kinds is the same either way round."""
         if self._ring_pairs is None:
             model = self.model
-            seen: dict[tuple[object, ...], tuple[int, int]] = {}
+            seen: dict[tuple[object, ...], tuple[int, int, int, float]] = {}
             for a, ka in enumerate(model.kinds):
+                za = model.pools[ka.pool].zone
                 for b in range(a, len(model.kinds)):
                     kb = model.kinds[b]
+                    zb = model.pools[kb.pool].zone
+                    level = 0 if za.name == zb.name else 1 if za.region == zb.region else 2
                     flows = max(ka.tp, kb.tp)
                     link = model.measured_link(ka.pool, kb.pool, flows)
-                    seen.setdefault((link, flows, min(ka.tp, kb.tp)), (a, b))
+                    seen.setdefault(
+                        (link, flows, min(ka.tp, kb.tp), level), (a, b, level, link[0].latency)
+                    )
             self._ring_pairs = list(seen.values())
         return self._ring_pairs
 
@@ -479,34 +521,14 @@ class _Search:
     # -- the search -----------------------------------------------------------------------
 
     def run(self) -> SearchResult:
-        model = self.model
-        shapes = []
-        for mbs in model.microbatch_sizes():
-            total = model.batch // mbs
-            for stages in range(1, model.blocks + 1):
-                last = min(total, self.total_devices // (stages * self._min_tp))
-                bounds = self.shape_bounds(mbs, stages, last)
-                shapes += [
-                    (lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf
-                ]
-        shapes.sort()
         stop = ""
         try:
             if "kind-profiles" not in self.approx:
                 self._warm_start()
             if "dp-order" in self.approx:
-                self._dp_ordered(shapes)
+                self._dp_ordered(sorted(s for g in self._groups() for s in self._listed(*g[1:])))
             else:
-                for lb, mbs, stages, dp in self._shallow_first(shapes):
-                    if lb > self.bound():
-                        continue
-                    self._check_limits()
-                    self.shape(mbs, stages, dp)
-                for lb, mbs, stages, dp in shapes:
-                    if lb > self.bound():
-                        break
-                    self._check_limits()
-                    self.shape(mbs, stages, dp)
+                self._best_first()
         except _Stop as why:
             stop = str(why)
         return SearchResult(
@@ -517,6 +539,85 @@ class _Search:
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
         )
+
+    def _best_first(self) -> None:
+        """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
+        that cannot beat the incumbent. Each (m, P) enters as one entry under its group
+        bound (`_groups`) and is listed shape by shape only when popped: its group bound is
+        at most each of its shapes' bounds and pops first on a tie, so the order is that of
+        the full sorted list, but groups the incumbent beats are never listed."""
+        queue: list[tuple[float, int, int, int, int]] = []
+        shallow: list[tuple[float, int, int, int]] = []
+        for bound, mbs, stages in self._groups():
+            if stages <= 2:
+                listed = self._listed(mbs, stages)
+                shallow += listed
+                queue += [(lb, 1, m, p, d) for lb, m, p, d in listed]
+            else:
+                queue.append((bound, 0, mbs, stages, 0))
+        shallow.sort()
+        for lb, mbs, stages, dp in self._shallow_first(shallow):
+            if lb > self.bound():
+                continue
+            self._check_limits()
+            self.shape(mbs, stages, dp)
+        heapq.heapify(queue)
+        while queue and queue[0][0] <= self.bound():
+            lb, entry, mbs, stages, dp = heapq.heappop(queue)
+            if entry == 0:
+                for item in self._listed(mbs, stages):
+                    heapq.heappush(queue, (item[0], 1, *item[1:]))
+                continue
+            self._check_limits()
+            self.shape(mbs, stages, dp)
+
+    def _groups(self) -> list[tuple[float, int, int]]:
+        """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
+        lower bound on `shape_bounds` over every D (`group_bound`); groups that break the
+        time cap or the budget at every D are left out."""
+        model = self.model
+        groups = []
+        for mbs in model.microbatch_sizes():
+            for stages in range(1, model.blocks + 1):
+                bound = self.group_bound(mbs, stages, self._last_dp(mbs, stages))
+                if bound < math.inf:
+                    groups.append((bound, mbs, stages))
+        return groups
+
+    def _last_dp(self, mbs: int, stages: int) -> int:
+        return min(self.model.batch // mbs, self.total_devices // (stages * self._min_tp))
+
+    def _listed(self, mbs: int, stages: int) -> list[tuple[float, int, int, int]]:
+        """(bound, m, P, D) for the shapes of (m, P) with a finite bound."""
+        bounds = self.shape_bounds(mbs, stages, self._last_dp(mbs, stages))
+        return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf]
+
+    def group_bound(self, mbs: int, stages: int, last: int) -> float:
+        """A lower bound on `shape_bounds(mbs, stages, last)` at every D, in O(1): the terms
+        at D = 1 (the largest affordable TP, so the least fill and straggler floor), no
+        sync, and (ceil(T / D) - 1) max(s, c D) >= (T / D - 1) max(s, c D), which falls as D
+        grows (s (T / D - 1) below the knee, c (T - D) above it), taken at D = last. For
+        cost, t D >= F D + (T - D) s is linear in D, so its least is at D = 1 or D = last.
+        Infinite when every D breaks the time cap or the budget (or there is no D)."""
+        if last < 1:
+            return math.inf
+        total = self.model.batch // mbs
+        max_tp = self.affordable_tp(stages, 1)
+        fill, worst_layer, work, free = self._terms(mbs, max_tp)
+        blocks = -(-self.model.blocks // stages)
+        static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
+        per_dp = work / free if free > 0 else 0.0
+        t = fill + max(0.0, total / last - 1) * max(static, per_dp * last)
+        if self.time_cap is not None and t > self.time_cap:
+            return math.inf
+        if self.objective == "max_throughput" and self.budget is None:
+            return t
+        unit = stages * self._min_tp * self._cheapest
+        device_time = min(fill + (total - 1) * static, last * fill + (total - last) * static)
+        cost = max(device_time * unit, self.work_cost(mbs))
+        if self.budget is not None and cost > self.budget:
+            return math.inf
+        return t if self.objective == "max_throughput" else cost
 
     def _shallow_first(
         self, shapes: list[tuple[float, int, int, int]]
