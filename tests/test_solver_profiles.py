@@ -67,14 +67,22 @@ network:
 and crossing zones costs time and egress, which the per-profile bounds price."""
 
 
+TWINS = ZONES.replace(
+    "      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}\n",
+    "      - {device: A100-40GB, quota: 16, gpus_per_node: 4, price: 3.67 USD/h}\n"
+    "      - {device: V100-16GB, quota: 16, gpus_per_node: 4, price: 2.86 USD/h}\n",
+)
+"""Zones a and b identical (mirror images of each other, `_Search._zone_swaps`), c apart."""
+
+
 def _spec(text: str) -> Spec:
     report = check_text(text, "case.yaml")
     assert report.spec is not None, report
     return report.spec
 
 
-def _zones(objective: str, constraints: str = "") -> Spec:
-    text = ZONES.replace("OBJECTIVE", objective).replace("CONSTRAINTS\n", constraints)
+def _zones(objective: str, constraints: str = "", text: str = ZONES) -> Spec:
+    text = text.replace("OBJECTIVE", objective).replace("CONSTRAINTS\n", constraints)
     return _spec(text)
 
 
@@ -90,6 +98,9 @@ def _cases() -> list[tuple[str, Spec]]:
         ("zones, budget", _zones("max_throughput", f"constraints: {{{BUDGET}}}\n")),
         ("zones, cheapest", _zones("min_cost")),
         ("zones, floor", _zones("min_cost", "constraints: {min_throughput: 9}\n")),
+        ("twins, fastest", _zones("max_throughput", text=TWINS)),
+        ("twins, budget", _zones("max_throughput", f"constraints: {{{BUDGET}}}\n", TWINS)),
+        ("twins, floor", _zones("min_cost", "constraints: {min_throughput: 9}\n", TWINS)),
     ]
     return cases
 
@@ -97,7 +108,8 @@ def _cases() -> list[tuple[str, Spec]]:
 class _Exhaustive(search_module._Search):
     """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound
     (the searcher forgets both; the estimate at each leaf still checks them), no cost floor
-    (prices of 0), no straggler ceiling: each profile is split and scored at a leaf."""
+    (prices of 0), no straggler ceiling, no mirror images of identical zones left out: each
+    profile is split and scored at a leaf."""
 
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
         super().__init__(model, options)
@@ -118,6 +130,9 @@ class _Exhaustive(search_module._Search):
 
     def _pairs(self, mbs: int, dp: int) -> list[search_module._Pair]:
         return [p._replace(per_stage=0.0, per_pass=0.0) for p in super()._pairs(mbs, dp)]
+
+    def _zone_swaps(self) -> list[dict[int, int]]:
+        return []
 
 
 def _best(spec: Spec, searcher: type[search_module._Search]) -> float | None:
@@ -367,3 +382,49 @@ def _preset(name: str) -> ModelArchitecture:
     text = ZONES.replace("OBJECTIVE", "max_throughput").replace("CONSTRAINTS\n", "")
     start, end = text.index("model:"), text.index("training:")
     return _spec(text[:start] + f"model: {{preset: {name}}}\n" + text[end:]).model
+
+
+def test_mirror_images_of_identical_zones_score_the_same() -> None:
+    """Zones a and b of TWINS are identical: the pairs of options left out are exactly the
+    mirror images (a and b swapped, mapped here from the spec's zone names) of pairs that
+    are kept, and a pair and its image give the same times, egress and rental rate for
+    every run length of a few shapes."""
+    model = PlanningModel(_zones("min_cost", text=TWINS))
+    options = SearchOptions(approximations=PROFILES)
+    searcher = search_module._Search(model, options)
+    kept = {(row.slow, row.fast) for row in searcher._pair_rows(1)}
+    every = {(row.slow, row.fast) for row in _Exhaustive(model, options)._pair_rows(1)}
+    position = {
+        (slot.zone.name, slot.pool.name, k.tp): k.index
+        for k in model.kinds
+        for slot in [model.pools[k.pool]]
+    }
+    mirror = {}
+    for (zone, pool, tp), index in position.items():
+        other = {"a": "b", "b": "a"}.get(zone, zone)
+        mirror[index] = position[other, pool, tp]
+
+    def image(option: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted(mirror[k] for k in option))
+
+    dropped = every - kept
+    assert dropped
+    assert len(kept) + len(dropped) == len(every)
+    for slow, fast in sorted(dropped):
+        twin = (image(slow), image(fast))
+        assert twin in kept and twin < (slow, fast)
+        for stages, dp in ((2, 2), (3, 1), (3, 2)):
+            shape = Shape(microbatch=1, boundaries=(0, *range(2, 2 * stages, 2), 6), pipelines=dp)
+            for n in range(1, stages + 1):
+                ours = (slow,) * n + (fast,) * (stages - n)
+                theirs = (twin[0],) * n + (twin[1],) * (stages - n)
+                assert model.time_of_sets(shape, ours) == pytest.approx(
+                    model.time_of_sets(shape, theirs), rel=1e-12
+                )
+                assert model.egress(shape, ours) == pytest.approx(
+                    model.egress(shape, theirs), rel=1e-12
+                )
+                rate = searcher._profile_rate(slow, n, fast, stages - n, dp)
+                assert rate == pytest.approx(
+                    searcher._profile_rate(twin[0], n, twin[1], stages - n, dp), rel=1e-12
+                )

@@ -15,7 +15,10 @@ Why it is exact (with every approximation off), step by step:
    consecutive blocks (one stage holds that many), D x W / G_eff) with W the least
    device-seconds of the model and G_eff the devices weighted by how fast each pool can be
    relative to the best (`device_work`: device-time conservation); Y_lb the cheapest ring
-   over D ranks of 1/P of the gradients. Cost >= that time x (D x P x least TP devices at
+   over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links that
+   cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Each
+   (m, P) enters the order under a bound on all its D (`group_bound`) and is listed only
+   when reached, so the order is unchanged. Cost >= that time x (D x P x least TP devices at
    the cheapest price).
 2. Within a shape, stages are chosen first to last (end block and kind set together), with
    the same bounds on what remains; a partial candidate whose bound exceeds the incumbent, or
@@ -44,7 +47,9 @@ the pools they draw from (`_run_lengths`), cut further in closed form by the inc
 (`_within`). Per profile, the bound adds its own sends both ways, the ring of its widest
 stage, its egress and its least rental rate; profiles are then split and scored in order of
 that bound. The split first tries the largest straggler that could still win
-(`_straggler_ceiling`): one greedy fill rejects most profiles.
+(`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of options and its
+mirror image under a swap of two identical zones, only the earlier is searched
+(`_zone_swaps`): the two score the same.
 
 Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
 turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator below:
@@ -58,7 +63,8 @@ devices of each stage), the best candidate the search scored; the bounds then pr
 the K-th best signature rather than the best, so every candidate that could be among the K
 is still scored (the dominance rule of step 3 may still drop one: alternatives are good, not
 proven second best). Ties are broken by the documented order in `Candidate.key`: objective,
-then the other metric, rented devices, P, D, microbatch size, boundaries, assignment.
+then the other metric, rented devices, P, D, microbatch size, boundaries, assignment (under
+`kind-profiles`, up to mirror images of identical zones, which are searched once).
 """
 
 from __future__ import annotations
@@ -274,6 +280,7 @@ class _Search:
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
+        self._swaps: list[dict[int, int]] | None = None
 
     # -- bounds ---------------------------------------------------------------------------
 
@@ -903,14 +910,19 @@ class _Search:
 
     def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
-        options, slowest first (the rings at D left 0)."""
+        options, slowest first (the rings at D left 0), less the mirror images of pairs
+        that come first (`_zone_swaps`)."""
         rows = self._pair_constants.get(mbs)
         if rows is None:
             speed, ordered = self._option_speeds(mbs)
             rows = []
+            swaps = self._zone_swaps()
+            listed = {(slow, fast) for x, slow in enumerate(ordered) for fast in ordered[x:]}
             for x, slow in enumerate(ordered):
                 for fast in ordered[x:]:
                     both = (slow, fast)
+                    if swaps and _mirrored(both, listed, swaps):
+                        continue
                     rows.append(
                         _Pair(
                             slow,
@@ -935,6 +947,41 @@ class _Search:
                     )
             self._pair_constants[mbs] = rows
         return rows
+
+    def _zone_swaps(self) -> list[dict[int, int]]:
+        """Kind maps that swap two zones identical in all the model reads (region, and pool
+        by pool the device, node size, price, NIC and quota) where no link override names
+        either and neither holds a pool the search must use. Swapping such zones maps every
+        candidate to one with the same time, money and signature, so of a pair of options
+        and its mirror image only the one that comes first is searched; a chain of such
+        steps always ends at a pair that is kept, as each step goes to an earlier one."""
+        if self._swaps is None:
+            model = self.model
+            named = {name for link in model.spec.network.links for name in link.between}
+            named |= {model.pools[p].zone.name for p in self.options.must_use}
+            slots: dict[str, list[int]] = {}
+            for slot in model.pools:
+                slots.setdefault(slot.zone.name, []).append(slot.index)
+            kind_at = {(k.pool, k.tp): k.index for k in model.kinds}
+            classes: dict[tuple[object, ...], list[str]] = {}
+            for zone in model.spec.zones:
+                if zone.name not in named:
+                    pools = tuple(
+                        (p.device, p.gpus_per_node, p.price, p.nic_bandwidth, p.quota)
+                        for p in zone.pools
+                    )
+                    classes.setdefault((zone.region, pools), []).append(zone.name)
+            self._swaps = []
+            for names in classes.values():
+                for first, second in pairwise(names):
+                    swap: dict[int, int] = {}
+                    for a, b in zip(slots[first], slots[second], strict=True):
+                        for k in model.kinds:
+                            if k.pool == a:
+                                swap[k.index] = kind_at[b, k.tp]
+                                swap[kind_at[b, k.tp]] = k.index
+                    self._swaps.append(swap)
+        return self._swaps
 
     @staticmethod
     def _within(
@@ -1626,6 +1673,17 @@ def _cost_floor(
     cost >= fixed x P x D x per_stage + passes x D x per_pass (rate / capacity is a mediant
     of the stages' tp x price x speed)."""
     return fixed * stages * dp * per_stage + passes * dp * per_pass
+
+
+def _mirrored(
+    pair: tuple[Option, Option], listed: set[tuple[Option, Option]], swaps: list[dict[int, int]]
+) -> bool:
+    """Whether a zone swap maps the pair to a listed pair that comes before it."""
+    for swap in swaps:
+        image = tuple(tuple(sorted(swap.get(k, k) for k in option)) for option in pair)
+        if image in listed and image < pair:
+            return True
+    return False
 
 
 def _splits(total: int, parts: int) -> Iterable[tuple[int, ...]]:
