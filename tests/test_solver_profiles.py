@@ -428,3 +428,28 @@ def test_mirror_images_of_identical_zones_score_the_same() -> None:
                 assert rate == pytest.approx(
                     searcher._profile_rate(twin[0], n, twin[1], stages - n, dp), rel=1e-12
                 )
+
+
+def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
+    """`_most_stages` is at least every P with a feasible run length, and the feasible P
+    of a pair are a run ending at the largest (so a scan by it may stop at the first row
+    that cannot fit P); it is exact for some pair, else it would prune nothing."""
+    for spec in (_zones("max_throughput"), _zones("min_cost", text=TWINS), _case(3)):
+        searcher = search_module._Search(
+            PlanningModel(spec), SearchOptions(approximations=PROFILES)
+        )
+        options = searcher.stage_options()
+        exact = 0
+        for slow, fast in itertools.combinations_with_replacement(options, 2):
+            for dp in (1, 2, 3, 4, 8):
+                feasible = [
+                    stages
+                    for stages in range(1, 3 * searcher.model.blocks)
+                    if searcher._run_lengths(slow, fast, stages, dp)
+                ]
+                most = searcher._most_stages(slow, fast, dp)
+                assert all(stages <= most for stages in feasible), (slow, fast, dp)
+                if feasible:
+                    assert feasible == list(range(feasible[0], feasible[-1] + 1))
+                    exact += feasible[-1] == most
+        assert exact, spec.name

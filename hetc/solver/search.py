@@ -103,6 +103,10 @@ SPLIT_TOLERANCE = 1e-6
 """Relative width at which the straggler bisection of `min_max_split` stops: splits whose
 stragglers differ by less are the same plan to within the model's accuracy."""
 
+CUT_SLACK = 1 + 1e-9
+"""Relative slack on a bound that ends a sorted scan: the sort key and the bound are rounded
+differently, so an exact tie must not end the scan one row early."""
+
 SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `_shallow_first`)."""
 
@@ -213,6 +217,9 @@ class _Pair(NamedTuple):
     """One block's ring at D on each (`_Search._block_ring`)."""
     ring_egress_slow: float
     ring_egress_fast: float
+    most_stages: int
+    """At least the most stages of D replicas a profile over the two fits in the quotas
+    (`_Search._most_stages`)."""
 
 
 class _Search:
@@ -812,19 +819,29 @@ class _Search:
             return
         costly = not throughput or self.budget is not None
         if costly:
-            per_stage, per_pass = self._least_prices(mbs, dp)
-            cheapest = _cost_floor(fill_lb + sync_lb, m1 * share, stages, dp, per_stage, per_pass)
+            least_stage, least_pass = self._least_prices(mbs, dp)
+            cheapest = _cost_floor(
+                fill_lb + sync_lb, m1 * share, stages, dp, least_stage, least_pass
+            )
             if (not throughput and cheapest > bound) or (
                 self.budget is not None and cheapest > self.budget
             ):
                 return
+            # every pair's cost floor is at least this plus m1 D x its pass price
+            least_fixed = (fill_lb + sync_lb) * stages * dp * least_stage
         queue: list[tuple[float, Option, Option, int, float, float]] = []
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
         for pair in self._pairs(mbs, dp):
             slow, fast, share, sp_s, sp_f, s_ss, s_sf, s_ff, e_ss, e_sf, e_ff = pair[:11]
-            per_stage, per_pass, pair_fill, ring_s, ring_f, r_s, r_f = pair[11:]
+            per_stage, per_pass, pair_fill, ring_s, ring_f, r_s, r_f, most = pair[11:]
+            if most < stages:
+                if throughput:
+                    break
+                continue
+            if not throughput and least_fixed + m1 * dp * share * per_pass > bound * CUT_SLACK:
+                break
             fill = max(fill_lb, pair_fill)
             if costly:
                 pair_cost = _cost_floor(fill + sync_lb, m1 * share, stages, dp, per_stage, per_pass)
@@ -889,7 +906,10 @@ class _Search:
 
     def _pairs(self, mbs: int, dp: int) -> list[_Pair]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
-        what its profiles' bounds need and does not depend on P (`_Pair`)."""
+        what its profiles' bounds need and does not depend on P (`_Pair`). For time, the
+        pairs that fit the most stages come first, so a shape of P stages reads only the
+        rows that may fit P; for cost, the least W x pass price first, so a shape stops at
+        the first row whose cost floor is sure to exceed the incumbent's (`profiles`)."""
         key = (mbs, dp)
         pairs = self._pair_tables.get(key)
         if pairs is None:
@@ -901,16 +921,21 @@ class _Search:
                     ring_fast=at_dp[row.fast][0],
                     ring_egress_slow=at_dp[row.slow][1],
                     ring_egress_fast=at_dp[row.fast][1],
+                    most_stages=self._most_stages(row.slow, row.fast, dp),
                 )
                 for row in self._pair_rows(mbs)
                 if row.slow in at_dp and row.fast in at_dp
             ]
+            if self.objective == "min_cost":
+                pairs.sort(key=lambda row: row.share * row.per_pass)
+            else:
+                pairs.sort(key=lambda row: -row.most_stages)
             self._pair_tables[key] = pairs
         return pairs
 
     def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
-        options, slowest first (the rings at D left 0), less the mirror images of pairs
+        options, slowest first (the rings and stages at D left 0), less the mirror images of pairs
         that come first (`_zone_swaps`)."""
         rows = self._pair_constants.get(mbs)
         if rows is None:
@@ -943,6 +968,7 @@ class _Search:
                             0.0,
                             0.0,
                             0.0,
+                            0,
                         )
                     )
             self._pair_constants[mbs] = rows
@@ -1183,6 +1209,40 @@ class _Search:
             self._stage_room[key] = stages
         return stages
 
+    def _rooms(self, slow: Option, fast: Option) -> tuple[int, int, int]:
+        """Devices the slow option's pools hold, the fast one's, and both together within
+        max_gpus."""
+        rooms = self._pair_rooms.get((slow, fast))
+        if rooms is None:
+            capacity = self.capacity
+            pools_slow, pools_fast = self._option_pools(slow), self._option_pools(fast)
+            rooms = (
+                sum(capacity[p] for p in pools_slow),
+                sum(capacity[p] for p in pools_fast),
+                min(self.total_devices, sum(capacity[p] for p in pools_slow | pools_fast)),
+            )
+            self._pair_rooms[slow, fast] = rooms
+        return rooms
+
+    def _most_stages(self, slow: Option, fast: Option, dp: int) -> int:
+        """At least the largest P for which `_run_lengths` has some n: its conditions at
+        the n that favours each (n stages of the slow option and P - n of the fast one fit
+        their pools, so P <= S_slow + S_fast; n (w_slow - w_fast) + P w_fast <= both, least
+        at n = 1 or n = P - 1), with w = D x TP. Feasibility only shrinks as P grows, so a
+        shape of more stages than this has no profile over the pair."""
+        if slow == fast:
+            return self._option_stages(slow, dp)
+        kinds = self.model.kinds
+        width_slow, width_fast = dp * kinds[slow[0]].tp, dp * kinds[fast[0]].tp
+        room_slow, room_fast, both = self._rooms(slow, fast)
+        if room_slow < width_slow:
+            return 0
+        slope = width_slow - width_fast
+        return min(
+            room_slow // width_slow + room_fast // width_fast,
+            (both - slope) // width_fast if slope >= 0 else (both + slope) // width_slow,
+        )
+
     def _run_lengths(
         self, slow: tuple[int, ...], fast: tuple[int, ...], stages: int, dp: int
     ) -> range:
@@ -1195,17 +1255,7 @@ class _Search:
             return range(stages, stages + 1 if self._option_stages(slow, dp) >= stages else 0)
         kinds = self.model.kinds
         tp_slow, tp_fast = kinds[slow[0]].tp, kinds[fast[0]].tp
-        rooms = self._pair_rooms.get((slow, fast))
-        if rooms is None:
-            capacity = self.capacity
-            pools_slow, pools_fast = self._option_pools(slow), self._option_pools(fast)
-            rooms = (
-                sum(capacity[p] for p in pools_slow),
-                sum(capacity[p] for p in pools_fast),
-                min(self.total_devices, sum(capacity[p] for p in pools_slow | pools_fast)),
-            )
-            self._pair_rooms[slow, fast] = rooms
-        room_slow, room_fast, both = rooms
+        room_slow, room_fast, both = self._rooms(slow, fast)
         linear = (
             (-room_slow, dp * tp_slow),
             (stages * dp * tp_fast - room_fast, -dp * tp_fast),
