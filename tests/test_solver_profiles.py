@@ -453,3 +453,27 @@ def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
                     assert feasible == list(range(feasible[0], feasible[-1] + 1))
                     exact += feasible[-1] == most
         assert exact, spec.name
+
+
+def test_end_rings_are_below_the_first_and_last_stages_rings() -> None:
+    """`_end_ring` bounds the ring of the first and of the last stage of every split (they
+    hold the token table and the head), and for P > 1 exceeds one plain block's ring on
+    some option, so it adds to the bound."""
+    model = PlanningModel(_zones("max_throughput"))
+    searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+    blocks = model.blocks
+    stronger = 0
+    for option in searcher.stage_options():
+        for dp in (2, 4):
+            for stages in (1, 2, 3):
+                for cuts in itertools.combinations(range(1, blocks), stages - 1):
+                    shape = Shape(microbatch=1, boundaries=(0, *cuts, blocks), pipelines=dp)
+                    for index, first in ((0, True), (stages - 1, False)):
+                        key = model.stage_key(shape, index)
+                        ring = max(model.ring(a, b, key, dp) for a in option for b in option)
+                        bound = searcher._end_ring(option, dp, stages, first)
+                        assert bound <= ring * (1 + 1e-12), (option, dp, shape, index)
+                stronger += stages > 1 and searcher._end_ring(
+                    option, dp, stages, True
+                ) > searcher._block_ring(option, dp)
+    assert stronger

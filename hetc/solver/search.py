@@ -273,6 +273,7 @@ class _Search:
         self._duals: dict[int, list[tuple[float, float]]] = {}
         self._block_rings: dict[tuple[Option, int, int], float] = {}
         self._block_egresses: dict[tuple[Option, int], float] = {}
+        self._end_rings: dict[tuple[Option, int, tuple[int, int, bool, bool]], float] = {}
         self._option_facts: dict[Option, tuple[int, int, float, int]] = {}
         self._send = cache(model.send_between)
         """The planning model's sends and boundary egress between two options, cached: the
@@ -860,16 +861,22 @@ class _Search:
             if slow != fast:
                 widest = min(widest, self._block_ring(fast, dp, largest))
                 window = min(window, self._window(fast, mbs, largest))
-            ring_slow, ring_fast = max(sync_lb, ring_s, widest), max(sync_lb, ring_f, widest)
+            head = self._end_ring(slow, dp, stages, True)
+            ring_slow = max(sync_lb, ring_s, widest, head)
+            ring_fast = max(sync_lb, ring_f, widest)
+            tail_slow = self._end_ring(slow, dp, stages, False)
+            tail_fast = self._end_ring(fast, dp, stages, False)
+            ring_alone = max(ring_slow, tail_slow)
+            ring_both = max(ring_slow, ring_fast, tail_fast)
             for n in lengths:
                 capacity = n / sp_s + (stages - n) / sp_f
                 if n == stages:
-                    fixed = fill + 2 * (n - 1) * s_ss + ring_slow
+                    fixed = fill + 2 * (n - 1) * s_ss + ring_alone
                     egress = (n - 1) * e_ss + n * r_s
                     pads = 2 * (n - 1) * s_ss / sp_s
                 else:
                     sends = (n - 1) * s_ss + s_sf + (stages - n - 1) * s_ff
-                    fixed = fill + 2 * sends + max(ring_slow, ring_fast)
+                    fixed = fill + 2 * sends + ring_both
                     egress = (n - 1) * e_ss + e_sf + (stages - n - 1) * e_ff
                     egress += n * r_s + (stages - n) * r_f
                     pads = (
@@ -915,17 +922,15 @@ class _Search:
         if pairs is None:
             hosts = self._hosts(mbs, dp)
             at_dp = {o: (self._block_ring(o, dp), self._block_egress(o, dp)) for o in hosts}
-            pairs = [
-                row._replace(
-                    ring_slow=at_dp[row.slow][0],
-                    ring_fast=at_dp[row.fast][0],
-                    ring_egress_slow=at_dp[row.slow][1],
-                    ring_egress_fast=at_dp[row.fast][1],
-                    most_stages=self._most_stages(row.slow, row.fast, dp),
-                )
-                for row in self._pair_rows(mbs)
-                if row.slow in at_dp and row.fast in at_dp
-            ]
+            pairs = []
+            for row in self._pair_rows(mbs):
+                slow, fast = row.slow, row.fast
+                if slow in at_dp and fast in at_dp:
+                    most = self._most_stages(slow, fast, dp)
+                    if most:
+                        (ring_s, egress_s), (ring_f, egress_f) = at_dp[slow], at_dp[fast]
+                        dp_part = (ring_s, ring_f, egress_s, egress_f, most)
+                        pairs.append(_Pair._make(row[:14] + dp_part))
             if self.objective == "min_cost":
                 pairs.sort(key=lambda row: row.share * row.per_pass)
             else:
@@ -1113,6 +1118,25 @@ class _Search:
                 self.model.ring(a, b, stage, dp) for x, a in enumerate(option) for b in option[x:]
             )
             self._block_rings[key] = ring
+        return ring
+
+    def _end_ring(self, option: Option, dp: int, stages: int, first: bool) -> float:
+        """The ring of the first (or the last) stage's gradients, on the option, at least:
+        that stage holds the first block and the token table (or the last block and the
+        head; with one stage, the whole model), and a ring takes longer for more bytes."""
+        if dp < 2:
+            return 0.0
+        blocks = self.model.blocks
+        if stages == 1:
+            stage = (0, blocks, True, True)
+        else:
+            stage = (0, 1, True, False) if first else (blocks - 1, blocks, False, True)
+        key = (option, dp, stage)
+        ring = self._end_rings.get(key)
+        if ring is None:
+            ring = self._end_rings[key] = max(
+                self.model.ring(a, b, stage, dp) for x, a in enumerate(option) for b in option[x:]
+            )
         return ring
 
     def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
