@@ -128,8 +128,9 @@ class _Exhaustive(search_module._Search):
     def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def _pairs(self, mbs: int, dp: int) -> list[search_module._Pair]:
-        return [p._replace(per_stage=0.0, per_pass=0.0) for p in super()._pairs(mbs, dp)]
+    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[search_module._Pair]:
+        rows = super()._pairs(mbs, dp, alone)
+        return [p._replace(per_stage=0.0, per_pass=0.0) for p in rows]
 
     def _zone_swaps(self) -> list[dict[int, int]]:
         return []

@@ -44,12 +44,15 @@ of the linear relaxation bounds sum_i 1 / speed_i over every quota-feasible prof
 holds that many) bounds the straggler; for min_cost and budgets a cost floor follows from
 the same terms. Per pair of options, the feasible n form an interval by Hall's condition on
 the pools they draw from (`_run_lengths`), cut further in closed form by the incumbent
-(`_within`). Per profile, the bound adds its own sends both ways, the ring of its widest
-stage, its egress and its least rental rate; profiles are then split and scored in order of
-that bound. The split first tries the largest straggler that could still win
-(`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of options and its
-mirror image under a swap of two identical zones, only the earlier is searched
-(`_zone_swaps`): the two score the same.
+(`_within`); feasibility only shrinks as P grows, so a shape reads the pairs listed by the
+most stages they may fit and stops at the first that cannot fit it (for min_cost, listed by
+their least cost per pass, it stops at the first whose cost floor exceeds the incumbent).
+Per profile, the bound adds its own sends both ways, the ring of its widest stage and of its
+first and last stage (`_end_ring`), its egress and its least rental rate; profiles are then
+split and scored in order of that bound. The split first tries the largest straggler that
+could still win (`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of
+options and its mirror image under a swap of two identical zones, only the earlier is
+searched (`_zone_swaps`): the two score the same.
 
 Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
 turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator below:
@@ -283,7 +286,7 @@ class _Search:
         self._fills: dict[tuple[tuple[Option, ...], int], float] = {}
         self._windows: dict[tuple[Option, int, int], float] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
-        self._pair_tables: dict[tuple[int, int], list[_Pair]] = {}
+        self._pair_tables: dict[tuple[int, int, bool], list[_Pair]] = {}
         self._pair_constants: dict[int, list[_Pair]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
@@ -834,7 +837,7 @@ class _Search:
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
-        for pair in self._pairs(mbs, dp):
+        for pair in self._pairs(mbs, dp, stages == 1):
             slow, fast, share, sp_s, sp_f, s_ss, s_sf, s_ff, e_ss, e_sf, e_ff = pair[:11]
             per_stage, per_pass, pair_fill, ring_s, ring_f, r_s, r_f, most = pair[11:]
             if most < stages:
@@ -911,13 +914,20 @@ class _Search:
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
 
-    def _pairs(self, mbs: int, dp: int) -> list[_Pair]:
+    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[_Pair]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
-        what its profiles' bounds need and does not depend on P (`_Pair`). For time, the
+        what its profiles' bounds need and does not depend on P (`_Pair`); with `alone`,
+        the one-option rows only (a single stage has no room for two). For time, the
         pairs that fit the most stages come first, so a shape of P stages reads only the
         rows that may fit P; for cost, the least W x pass price first, so a shape stops at
         the first row whose cost floor is sure to exceed the incumbent's (`profiles`)."""
-        key = (mbs, dp)
+        if alone:
+            single = self._pair_tables.get((mbs, dp, True))
+            if single is None:
+                single = [row for row in self._pairs(mbs, dp) if row.slow == row.fast]
+                self._pair_tables[mbs, dp, True] = single
+            return single
+        key = (mbs, dp, False)
         pairs = self._pair_tables.get(key)
         if pairs is None:
             hosts = self._hosts(mbs, dp)
