@@ -108,8 +108,9 @@ def _cases() -> list[tuple[str, Spec]]:
 class _Exhaustive(search_module._Search):
     """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound
     (the searcher forgets both; the estimate at each leaf still checks them), no cost floor
-    (prices of 0), no straggler ceiling, no mirror images of identical zones left out: each
-    profile is split and scored at a leaf."""
+    (prices of 0), no straggler ceiling, no mirror images of identical zones left out, no pair
+    left out for missing a pool the search must use: each profile is split and scored at a
+    leaf (which still drops a candidate that rents no forced pool)."""
 
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
         super().__init__(model, options)
@@ -135,14 +136,24 @@ class _Exhaustive(search_module._Search):
     def _zone_swaps(self) -> list[dict[int, int]]:
         return []
 
+    def _may_use_forced(self, slow: search_module.Option, fast: search_module.Option) -> bool:
+        return True
 
-def _best(spec: Spec, searcher: type[search_module._Search]) -> float | None:
-    found = _top(spec, searcher, 1)
+
+def _best(
+    spec: Spec, searcher: type[search_module._Search], must_use: frozenset[int] = frozenset()
+) -> float | None:
+    found = _top(spec, searcher, 1, must_use)
     return found[0] if found else None
 
 
-def _top(spec: Spec, searcher: type[search_module._Search], top: int) -> list[float]:
-    options = SearchOptions(approximations=PROFILES, top=top)
+def _top(
+    spec: Spec,
+    searcher: type[search_module._Search],
+    top: int,
+    must_use: frozenset[int] = frozenset(),
+) -> list[float]:
+    options = SearchOptions(approximations=PROFILES, top=top, must_use=must_use)
     found = searcher(PlanningModel(spec), options).run()
     assert found.complete
     return [c.value for c in found.candidates]
@@ -168,6 +179,21 @@ def test_pruned_profiles_find_the_exhaustive_optimum() -> None:
         assert _same(best, exhaustive[0] if exhaustive else None), name
         feasible += bool(exhaustive)
     assert feasible >= len(SEEDS) // 2
+
+
+@pytest.mark.slow
+def test_a_forced_pool_gives_the_exhaustive_optimum_among_plans_renting_it() -> None:
+    """`must_use` (what `--explain` asks) with each of the four pools of the three-zone case
+    (and the other region's under min_cost): the pruned search, which reads only pairs
+    drawing on the pool, finds what the exhaustive one finds with the pool checked only at
+    the leaf."""
+    cases = [("max_throughput", pool) for pool in range(4)] + [("min_cost", 3)]
+    for objective, pool in cases:
+        spec = _zones(objective)
+        forced = frozenset({pool})
+        exhaustive = _best(spec, _Exhaustive, forced)
+        assert exhaustive is not None
+        assert _same(_best(spec, search_module._Search, forced), exhaustive), (objective, pool)
 
 
 def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:

@@ -257,7 +257,7 @@ class _Search:
             zones[slot.zone.name] = zones.get(slot.zone.name, 0) + devices
             regions[slot.zone.region] = regions.get(slot.zone.region, 0) + devices
         self._locality_capacity = (list(zones.values()), list(regions.values()))
-        """Devices per zone and per region, for `_crossings`."""
+        """Devices per zone and per region, for `_sync_terms`."""
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._options: list[tuple[int, ...]] | None = None
         self._combo_info: dict[
@@ -950,8 +950,9 @@ class _Search:
 
     def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
-        options, slowest first (the rings and stages at D left 0), less the mirror images of pairs
-        that come first (`_zone_swaps`)."""
+        options, slowest first (the rings and stages at D left 0), less the mirror images of
+        pairs that come first (`_zone_swaps`) and pairs that cannot rent every pool the
+        search must use (`_may_use_forced`)."""
         rows = self._pair_constants.get(mbs)
         if rows is None:
             speed, ordered = self._option_speeds(mbs)
@@ -962,6 +963,8 @@ class _Search:
                 for fast in ordered[x:]:
                     both = (slow, fast)
                     if swaps and _mirrored(both, listed, swaps):
+                        continue
+                    if not self._may_use_forced(slow, fast):
                         continue
                     rows.append(
                         _Pair(
@@ -988,6 +991,12 @@ class _Search:
                     )
             self._pair_constants[mbs] = rows
         return rows
+
+    def _may_use_forced(self, slow: Option, fast: Option) -> bool:
+        """Whether the two options draw on every pool the search must use (`must_use`, as
+        `--explain` asks): a profile rents only its options' pools, and a leaf renting none
+        of a forced pool is thrown away, so other pairs need no bound at all."""
+        return self.options.must_use <= self._option_pools(slow) | self._option_pools(fast)
 
     def _zone_swaps(self) -> list[dict[int, int]]:
         """Kind maps that swap two zones identical in all the model reads (region, and pool
