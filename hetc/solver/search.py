@@ -52,7 +52,8 @@ first and last stage (`_end_ring`), its egress and its least rental rate; profil
 split and scored in order of that bound. The split first tries the largest straggler that
 could still win (`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of
 options and its mirror image under a swap of two identical zones, only the earlier is
-searched (`_zone_swaps`): the two score the same.
+searched (`_zone_swaps`): the two score the same; with `must_use`, only pairs drawing on
+every forced pool (`_may_use_forced`).
 
 Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
 turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator below:
