@@ -275,9 +275,8 @@ class _Search:
         self._memory_ends: dict[tuple[int, int, int, int, int], int] = {}
         self._host_lists: dict[tuple[int, int], list[Option]] = {}
         self._duals: dict[int, list[tuple[float, float]]] = {}
-        self._block_rings: dict[tuple[Option, int, int], float] = {}
         self._block_egresses: dict[tuple[Option, int], float] = {}
-        self._end_rings: dict[tuple[Option, int, tuple[int, int, bool, bool]], float] = {}
+        self._stage_rings: dict[tuple[Option, int, tuple[int, int, bool, bool]], float] = {}
         self._option_facts: dict[Option, tuple[int, int, float, int]] = {}
         self._send = cache(model.send_between)
         """The planning model's sends and boundary egress between two options, cached: the
@@ -800,10 +799,11 @@ class _Search:
         gets a lower bound: the fill of every layer on the faster of its options plus its
         own sends both ways; (m - 1) times its straggler floor, the larger of
         (W + sends / speed) / sum_i(1 / speed_i) and the least ceil(L / P)-block window;
-        the ring of its widest stage; for min_cost its least rental rate and egress. The
-        feasible n of a pair come from the quotas and the incumbent in closed form. The
-        profiles are then split (`min_max_split`), timed, and scored in order of that
-        bound, stopping at the first that cannot beat the incumbent (module docstring)."""
+        the rings of its widest, first and last stage; for min_cost its least rental rate
+        and egress. The feasible n of a pair come from the quotas and the incumbent in
+        closed form. The profiles are then split (`min_max_split`), timed, and scored in
+        order of that bound, stopping at the first that cannot beat the incumbent (module
+        docstring)."""
         model = self.model
         speed, _ = self._option_speeds(mbs)
         m1 = -(-(model.batch // mbs) // dp) - 1
@@ -1128,33 +1128,28 @@ class _Search:
         its slowest pair of kinds: a stage of the option holding at least that many blocks
         syncs no faster, as a ring takes longer for more bytes (every stage holds one
         block; the largest of P holds ceil(L / P))."""
-        if dp < 2:
-            return 0.0
-        key = (option, dp, blocks)
-        ring = self._block_rings.get(key)
-        if ring is None:
-            stage = (0, blocks, False, False)
-            ring = max(
-                self.model.ring(a, b, stage, dp) for x, a in enumerate(option) for b in option[x:]
-            )
-            self._block_rings[key] = ring
-        return ring
+        return self._stage_ring(option, dp, (0, blocks, False, False))
 
     def _end_ring(self, option: Option, dp: int, stages: int, first: bool) -> float:
         """The ring of the first (or the last) stage's gradients, on the option, at least:
         that stage holds the first block and the token table (or the last block and the
         head; with one stage, the whole model), and a ring takes longer for more bytes."""
-        if dp < 2:
-            return 0.0
         blocks = self.model.blocks
         if stages == 1:
-            stage = (0, blocks, True, True)
-        else:
-            stage = (0, 1, True, False) if first else (blocks - 1, blocks, False, True)
+            return self._stage_ring(option, dp, (0, blocks, True, True))
+        if first:
+            return self._stage_ring(option, dp, (0, 1, True, False))
+        return self._stage_ring(option, dp, (blocks - 1, blocks, False, True))
+
+    def _stage_ring(self, option: Option, dp: int, stage: tuple[int, int, bool, bool]) -> float:
+        """The ring of a stage (`PlanningModel.stage_key`) over D ranks of the option at its
+        slowest pair of kinds, cached."""
+        if dp < 2:
+            return 0.0
         key = (option, dp, stage)
-        ring = self._end_rings.get(key)
+        ring = self._stage_rings.get(key)
         if ring is None:
-            ring = self._end_rings[key] = max(
+            ring = self._stage_rings[key] = max(
                 self.model.ring(a, b, stage, dp) for x, a in enumerate(option) for b in option[x:]
             )
         return ring
