@@ -11,10 +11,15 @@ deliberate bug, the mutation check of resuming into engines:
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import shutil
+import signal
 import sys
+import weakref
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,6 +36,7 @@ from runtime_training import (
 from test_runtime_train import MIXED_TP, NEIGHBOURS, _assert_matches, _plan, _replica
 
 from hetc.plan import Plan, Stage
+from hetc.runtime.checkpoint import Checkpointer
 from hetc.runtime.startup import CHECKPOINT_REQUEST
 from hetc.schema.spec import Spec
 
@@ -286,6 +292,43 @@ def test_a_write_that_fails_before_the_rename_leaves_latest_on_the_previous(
     assert [p.name.split(".tmp-")[0] for p in checkpoints.glob("*.tmp-*")] == ["step-2"]
 
 
+def test_a_sigusr1_to_one_rank_checkpoints_every_rank_at_the_next_iteration(
+    tmp_path: Path,
+) -> None:
+    spec = oracle_spec(batch=TWO_STAGES.global_batch_size)
+    outcomes, run = _run(TWO_STAGES, spec, tmp_path, "--steps", "3", hook="sigusr1-rank-1-step-1")
+    _succeeded(outcomes)
+    checkpoints = run / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1", "step-3"]
+    meta = json.loads((checkpoints / "step-1" / "meta.json").read_text())
+    assert meta["step"] == 1 and len(meta["files"]) == len(
+        json.loads((checkpoints / "step-3" / "meta.json").read_text())["files"]
+    ), "both stages wrote their part"
+
+
+def test_the_signal_handler_does_not_keep_the_trainer_alive() -> None:
+    # Python holds a signal handler until interpreter shutdown; a handler reaching the trainer
+    # kept its gloo groups until then, and the process aborted after a clean error exit.
+    class Trainer:
+        def __init__(self) -> None:
+            self.training = {"run": {"checkpoint_every": None}}
+            self.started = SimpleNamespace(plan_rank=0)
+            self.members: dict[int, Any] = {}
+
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        trainer = Trainer()
+        checkpointer = Checkpointer(trainer, Path("unused"), timeout=1, start_step=0)  # type: ignore[arg-type]
+        alive = weakref.ref(trainer)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert checkpointer._signals.received == 1
+        del trainer, checkpointer
+        gc.collect()
+        assert alive() is None
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
 ONE = _plan(4, [Stage(first_block=0, end_block=4, replicas=(_replica(0, 0),))], [4])
 
 
@@ -323,10 +366,24 @@ def _fresh_engine_state() -> None:
     engine.StageEngine.load_full = weights_only  # type: ignore[method-assign]
 
 
+def _sigusr1_rank_1_step_1() -> None:
+    """Plan rank 1 signals itself once step 1 is trained, as Slurm's USR1 would."""
+    after_step = Checkpointer.after_step
+
+    def signalled(self: Checkpointer, next_step: int) -> None:
+        if self.rank == 1 and next_step == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        after_step(self, next_step)
+
+    Checkpointer.after_step = signalled  # type: ignore[method-assign]
+
+
+HOOKS = {"fresh-engine-state": _fresh_engine_state, "sigusr1-rank-1-step-1": _sigusr1_rank_1_step_1}
+
 if __name__ == "__main__":
-    if sys.argv[1] != "fresh-engine-state":
+    if sys.argv[1] not in HOOKS:
         raise SystemExit(f"unknown hook {sys.argv[1]}")
-    _fresh_engine_state()
+    HOOKS[sys.argv[1]]()
     from hetc.runtime.__main__ import main
 
     sys.exit(main(sys.argv[2:]))

@@ -103,6 +103,21 @@ def checkpoint_root(trainer: StageTrainer) -> Path:
 # -- writing -------------------------------------------------------------------------------
 
 
+class SignalCount:
+    """The SIGUSR1 handler: it only counts, since the checkpoint itself needs every rank at an
+    iteration boundary. It is its own object, not a method of the Checkpointer, because
+    Python keeps a signal handler alive until interpreter shutdown: a handler that reached the
+    trainer would keep its process groups until then, and a gloo worker thread that drops a
+    tensor while the interpreter is finalizing cannot take the GIL and aborts the process
+    ("terminate called without an active exception", exit -6 after a clean error exit)."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received += 1
+
+
 class Checkpointer:
     """One process's part in writing checkpoints; every method is called by every rank."""
 
@@ -125,17 +140,13 @@ class Checkpointer:
         """Set by the background thread when its write failed."""
         self._serving_request = False
         """A checkpoint-request file is being served by the write in flight."""
-        self._signals = 0
+        self._signals = SignalCount()
         self._signals_seen = 0
-        signal.signal(signal.SIGUSR1, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        # Only counts: the checkpoint itself needs every rank, at an iteration boundary.
-        self._signals += 1
+        signal.signal(signal.SIGUSR1, self._signals)
 
     def after_step(self, next_step: int) -> None:
         """Checkpoint before `next_step` if any rank was asked to or it is time to."""
-        count = self._signals
+        count = self._signals.received
         signals, self._signals_seen = count - self._signals_seen, count
         busy = self._thread is not None and self._thread.is_alive()
         failed = not busy and self._error is not None
