@@ -394,9 +394,7 @@ class _Search:
         P such stages whole at least one does (`_sync_terms`)."""
         if dp < 2:
             return 0.0
-        terms = self._sync_rings.get(dp)
-        if terms is None:
-            terms = self._sync_rings[dp] = self._sync_terms(dp)
+        terms = self._sync_terms(dp)
         whole, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
         some = (
             region_latency
@@ -411,7 +409,15 @@ class _Search:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
         every stage's ring must cross; how many stages of D x (least TP) devices the zones,
         and the regions, hold whole; the least ring latency across zones and across
-        regions."""
+        regions. Cached per D."""
+        terms = self._sync_rings.get(dp)
+        if terms is None:
+            terms = self._sync_rings[dp] = self._compute_sync_terms(dp)
+        return terms
+
+    def _compute_sync_terms(
+        self, dp: int
+    ) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
         whole = (0, self.model.blocks, True, True)
         least = [(math.inf, math.inf)] * 3
         for a, b, level, latency in self._distinct_rings():
@@ -532,10 +538,7 @@ class _Search:
         zones, regions = self._locality_capacity
         if need <= max(zones):
             return 0.0
-        terms = self._sync_rings.get(dp)
-        if terms is None:
-            terms = self._sync_rings[dp] = self._sync_terms(dp)
-        zone_latency, region_latency = terms[3]
+        zone_latency, region_latency = self._sync_terms(dp)[3]
         return region_latency if need > max(regions) else zone_latency
 
     def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
