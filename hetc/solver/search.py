@@ -16,11 +16,7 @@ Why it is exact (with every approximation off), step by step:
    device-seconds of the model and G_eff the devices weighted by how fast each pool can be
    relative to the best (`device_work`: device-time conservation); Y_lb the cheapest ring
    over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links that
-   cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Where
-   D replicas of the largest affordable TP cannot stay in one zone, a tighter bound prunes
-   the shape when it is reached (it does not reorder): the least over the largest TP a
-   candidate uses of these terms at that TP, with its stage's ring paying 2 (D - 1)
-   zone-crossing latencies when it must leave a zone (`_crossing`). Each
+   cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Each
    (m, P) enters the order under a bound on all its D (`group_bound`) and is listed only
    when reached, so the order is unchanged. Cost >= that time x (D x P x least TP devices at
    the cheapest price).
@@ -296,8 +292,6 @@ class _Search:
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
         self._swaps: list[dict[int, int]] | None = None
-        self._crossing_bounds: dict[tuple[int, int, int], float] = {}
-        """Shape bounds raised by zone crossing (`shape_bounds`): they prune, not order."""
 
     # -- bounds ---------------------------------------------------------------------------
 
@@ -394,7 +388,9 @@ class _Search:
         P such stages whole at least one does (`_sync_terms`)."""
         if dp < 2:
             return 0.0
-        terms = self._sync_terms(dp)
+        terms = self._sync_rings.get(dp)
+        if terms is None:
+            terms = self._sync_rings[dp] = self._sync_terms(dp)
         whole, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
         some = (
             region_latency
@@ -409,15 +405,7 @@ class _Search:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
         every stage's ring must cross; how many stages of D x (least TP) devices the zones,
         and the regions, hold whole; the least ring latency across zones and across
-        regions. Cached per D."""
-        terms = self._sync_rings.get(dp)
-        if terms is None:
-            terms = self._sync_rings[dp] = self._compute_sync_terms(dp)
-        return terms
-
-    def _compute_sync_terms(
-        self, dp: int
-    ) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
+        regions."""
         whole = (0, self.model.blocks, True, True)
         least = [(math.inf, math.inf)] * 3
         for a, b, level, latency in self._distinct_rings():
@@ -464,13 +452,7 @@ class _Search:
         """Lower bounds on the objective of every candidate of shape (m, P, D) for
         D = 1..last (the module docstring, step 1), sharing what does not depend on D:
         they are computed for thousands of shapes before the search starts. A shape whose
-        bounds already break the budget or the throughput floor gets an infinite one.
-
-        Where D replicas of the largest affordable TP cannot stay in one zone, a tighter
-        bound is kept beside (`_crossing_bounds`, checked by `shape`) but does not order:
-        it lowers the rank of shapes whose fast TP would cross, yet those are often where
-        a good incumbent is found early (on five zones, ordering by it cost 12% more
-        splits)."""
+        bounds already break the budget or the throughput floor gets an infinite one."""
         model = self.model
         total = model.batch // mbs
         blocks = -(-model.blocks // stages)
@@ -489,57 +471,19 @@ class _Search:
                     cap = tp
             terms = fixed.get(cap)
             if terms is None:
-                terms = fixed[cap] = self._static_terms(mbs, stages, cap, blocks)
+                fill, worst_layer, work, free = self._terms(mbs, max_tp)
+                static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
+                terms = (fill, static, work / free if free > 0 else 0.0)
+                fixed[cap] = terms
             fill, static, per_dp = terms
             straggler = per_dp * dp if per_dp * dp > static else static
-            m1 = -(-total // dp) - 1
-            sync = self.sync_bound(stages, dp)
-            loose = fill + m1 * straggler + sync
-            t = loose
-            crossing = self._crossing(dp, cap)
-            if crossing > sync:
-                t = fill + m1 * straggler + crossing
-                # the largest TP any stage uses bounds the compute terms, and its stage's
-                # ring leaves a zone when D replicas of it cannot stay in one: the least
-                # over every such TP
-                for tp in degrees:
-                    if tp >= cap:
-                        break
-                    terms = fixed.get(tp)
-                    if terms is None:
-                        terms = fixed[tp] = self._static_terms(mbs, stages, tp, blocks)
-                    at = terms[1] if terms[1] > per_dp * dp else per_dp * dp
-                    t = min(t, terms[0] + m1 * at + max(sync, self._crossing(dp, tp)))
+            t = fill + (-(-total // dp) - 1) * straggler + self.sync_bound(stages, dp)
             cost = max(t * dp * unit, floor)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
-                continue
-            bounds.append(loose if throughput else max(loose * dp * unit, floor))
-            if t > loose:
-                self._crossing_bounds[mbs, stages, dp] = t if throughput else cost
+            else:
+                bounds.append(t if throughput else cost)
         return bounds
-
-    def _static_terms(
-        self, mbs: int, stages: int, tp: int, blocks: int
-    ) -> tuple[float, float, float]:
-        """For `shape_bounds` with every kind of TP at most `tp`: the fill, the straggler
-        floor that does not depend on D, and the straggler floor per replica (x D)."""
-        fill, worst_layer, work, free = self._terms(mbs, tp)
-        static = max(fill / stages, worst_layer, self._least_window(mbs, tp, blocks))
-        return fill, static, work / free if free > 0 else 0.0
-
-    def _crossing(self, dp: int, tp: int) -> float:
-        """The least sync of a stage with a replica of TP `tp` when D such replicas (or, where
-        a stage may mix TP degrees, that one and D - 1 of the least TP) cannot stay in one
-        zone (or region): its ring pays 2 (D - 1) link latencies on links that leave it."""
-        if dp < 2:
-            return 0.0
-        need = dp * tp if not self.model.mixed_tp_allowed else (dp - 1) * self._min_tp + tp
-        zones, regions = self._locality_capacity
-        if need <= max(zones):
-            return 0.0
-        zone_latency, region_latency = self._sync_terms(dp)[3]
-        return region_latency if need > max(regions) else zone_latency
 
     def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
@@ -748,8 +692,6 @@ class _Search:
     def shape(self, mbs: int, stages: int, dp: int) -> float | None:
         """Search one (m, P, D); returns the best objective found in it, or None."""
         self._shape_best: float | None = None
-        if self._crossing_bounds.get((mbs, stages, dp), 0.0) > self.bound():
-            return None
         if "kind-profiles" in self.approx:
             self.profiles(mbs, stages, dp)
             return self._shape_best
