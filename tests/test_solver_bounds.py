@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from oracles.brute_force import candidates
@@ -50,6 +51,7 @@ network:
 """
 """Zones of 4 devices in two regions: D = 5 or more rings must cross zones, D = 9 or more
 regions, and four stages of D = 3 cannot all sit inside one zone each."""
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "scenarios"
 
 
 def _spec(text: str) -> Spec:
@@ -160,6 +162,36 @@ def test_every_candidate_is_no_better_than_its_shape_bound(index: int) -> None:
     for (mbs, stages, dp), value in least.items():
         bound = searcher.shape_bounds(mbs, stages, dp)[dp - 1]
         assert bound <= value * (1 + 1e-12), (mbs, stages, dp, bound, value)
+
+
+def test_idle_cost_charges_every_device_for_the_other_stages_and_the_sync() -> None:
+    """Hand-computed on CROSSING (cheapest device 2.86 USD/h, least TP 1): with 3 stages of
+    D = 4, F = 0.5 s and Y = 0.1 s, the 4 devices of stage i idle for F - t_i + Y each, which
+    sums over the stages to 4 x (2 F + 3 Y) device-seconds."""
+    searcher = _Search(PlanningModel(_spec(CROSSING)), SearchOptions())
+    expected = 2.86 / 3600 * 4 * (2 * 0.5 + 3 * 0.1)
+    assert searcher.idle_cost(3, 4, 0.5, 0.1) == pytest.approx(expected, rel=1e-12)
+    assert searcher.idle_cost(1, 4, 0.5, 0.0) == 0.0, "one stage, no sync: nothing idles"
+
+
+def test_the_idle_cost_raises_min_cost_shape_bounds() -> None:
+    """On the bench's min-cost scenario the idle term lifts shape bounds above what the
+    other cost floors give (the same search with the idle cost taken as 0), and never
+    lowers one: the term is used, not only defined."""
+    model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
+    searcher, without = _Search(model, SearchOptions()), _Search(model, SearchOptions())
+    without.idle_cost = lambda *terms: 0.0  # type: ignore[method-assign]
+    lifted = 0
+    for stages in (1, 2, 4):
+        last = searcher._last_dp(2, stages)
+        for a, b in zip(
+            searcher.shape_bounds(2, stages, last),
+            without.shape_bounds(2, stages, last),
+            strict=True,
+        ):
+            assert a >= b
+            lifted += a > b * (1 + 1e-9)
+    assert lifted > 10
 
 
 @pytest.mark.parametrize("seed", range(0, 60, 3))

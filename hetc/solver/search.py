@@ -19,7 +19,9 @@ Why it is exact (with every approximation off), step by step:
    cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Each
    (m, P) enters the order under a bound on all its D (`group_bound`) and is listed only
    when reached, so the order is unchanged. Cost >= that time x (D x P x least TP devices at
-   the cheapest price).
+   the cheapest price), and >= the model's least device-seconds at the cheapest price per
+   unit of work (`work_cost`) plus the device-seconds every device must idle, waiting on the
+   other stages and the sync, at the cheapest price (`idle_cost`).
 2. Within a shape, stages are chosen first to last (end block and kind set together), with
    the same bounds on what remains; a partial candidate whose bound exceeds the incumbent, or
    breaks the budget or the throughput floor, is dropped. Every term of the model is a sum or
@@ -451,8 +453,10 @@ class _Search:
     def shape_bounds(self, mbs: int, stages: int, last: int) -> list[float]:
         """Lower bounds on the objective of every candidate of shape (m, P, D) for
         D = 1..last (the module docstring, step 1), sharing what does not depend on D:
-        they are computed for thousands of shapes before the search starts. A shape whose
-        bounds already break the budget or the throughput floor gets an infinite one."""
+        they are computed for thousands of shapes before the search starts. For cost, the
+        larger of that time on the fewest devices and `work_cost` + `idle_cost`. A shape
+        whose bounds already break the budget or the throughput floor gets an infinite
+        one."""
         model = self.model
         total = model.batch // mbs
         blocks = -(-model.blocks // stages)
@@ -477,13 +481,23 @@ class _Search:
                 fixed[cap] = terms
             fill, static, per_dp = terms
             straggler = per_dp * dp if per_dp * dp > static else static
-            t = fill + (-(-total // dp) - 1) * straggler + self.sync_bound(stages, dp)
-            cost = max(t * dp * unit, floor)
+            sync = self.sync_bound(stages, dp)
+            t = fill + (-(-total // dp) - 1) * straggler + sync
+            idle = self.idle_cost(stages, dp, fill, sync) if floor else 0.0
+            cost = max(t * dp * unit, floor + idle)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
             else:
                 bounds.append(t if throughput else cost)
         return bounds
+
+    def idle_cost(self, stages: int, dp: int, fill: float, sync: float) -> float:
+        """USD the rented devices cost while computing nothing, which `work_cost` leaves out:
+        a device of stage i computes at most (m1 + 1) t_i of the iteration's F + m1 S + Y
+        (S >= t_i), so it idles for at least the other stages' times and the sync. Over at
+        least D x (least TP) devices per stage, that is D x (least TP) x ((P - 1) F + P Y)
+        device-seconds, with F and Y at their lower bounds, at the cheapest price."""
+        return self._cheapest * dp * self._min_tp * ((stages - 1) * fill + stages * sync)
 
     def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
