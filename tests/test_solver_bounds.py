@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -128,9 +129,10 @@ zones: TP 2 for D = 3 needs 6 devices, more than a zone has, so the fastest comp
 cheapest ring cannot both be had (a bound that takes both must still stay below)."""
 
 
+@cache
 def _specs_with_plans() -> list[Spec]:
     """CROSSING, TP_CROSSING and the first four random multi-zone instances that have a
-    feasible candidate."""
+    feasible candidate (found once: each look enumerates an instance's candidates)."""
     specs = [_spec(CROSSING), _spec(TP_CROSSING)]
     for seed in range(60):
         spec = _spec(random_instance(seed))
