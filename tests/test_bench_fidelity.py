@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hetc.schema import check_file
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -47,3 +49,36 @@ def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
     assert "over 1 plans" in done.stdout
     assert "profile.json" in (tmp_path / "spec.yaml").read_text()
     assert (tmp_path / "profile.json").exists()
+
+
+def _gpu_bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fidelity.py"), "--gpu", "H100-80GB", *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+
+
+def test_the_gpu_mode_without_a_gpu_says_so_in_one_line(tmp_path: Path) -> None:
+    done = _gpu_bench(tmp_path, "--work", str(tmp_path / "work"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs a CUDA device" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_gpu_dry_run_plans_the_catalog_device(tmp_path: Path) -> None:
+    """Without a GPU, `--dry-run` writes valid specs for the catalog device and prints an
+    analytical prediction for each single-rank plan, listing the plans needing more GPUs."""
+    work = tmp_path / "work"
+    done = _gpu_bench(tmp_path, "--dry-run", "--gpus", "1", "--work", str(work))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name in ("spec.yaml", "spec-ac.yaml"):
+        report = check_file(str(work / name))
+        assert report.spec is not None, report
+        assert [p.device for z in report.spec.zones for p in z.pools] == ["H100-80GB"]
+    times = re.findall(r"^P1 D1 mbs\d( AC)? +predicted analytical ([\d.]+) s", done.stdout, re.M)
+    assert len(times) == 6, done.stdout
+    assert all(0 < float(t) < 1 for _, t in times)
+    assert re.search(r"excluded .*P2 2/2 mbs2", done.stdout), done.stdout
