@@ -271,6 +271,9 @@ class _Search:
         self._min_tp = min((k.tp for k in model.kinds), default=1)
         self._tp_degrees = sorted({k.tp for k in model.kinds})
         self._shape_terms: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+        self._shape_lists: dict[tuple[int, int], list[float]] = {}
+        self._shape_best: float | None = None
+        """The best objective found in the shape being searched (`shape`)."""
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
         self._speeds: dict[int, tuple[dict[Option, float], list[Option]]] = {}
         self._time_prefixes: dict[tuple[int, int], list[float]] = {}
@@ -555,7 +558,9 @@ class _Search:
     def run(self) -> SearchResult:
         stop = ""
         try:
-            if "kind-profiles" not in self.approx:
+            if "kind-profiles" in self.approx:
+                self._zone_stripes()
+            else:
                 self._warm_start()
             if "dp-order" in self.approx:
                 self._dp_ordered(sorted(s for g in self._groups() for s in self._listed(*g[1:])))
@@ -621,8 +626,17 @@ class _Search:
 
     def _listed(self, mbs: int, stages: int) -> list[tuple[float, int, int, int]]:
         """(bound, m, P, D) for the shapes of (m, P) with a finite bound."""
-        bounds = self.shape_bounds(mbs, stages, self._last_dp(mbs, stages))
+        bounds = self._bounds_of(mbs, stages)
         return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf]
+
+    def _bounds_of(self, mbs: int, stages: int) -> list[float]:
+        """`shape_bounds` of (m, P) at every D, cached: the zone stripes and the main pass
+        both read them, and they do not depend on the incumbent."""
+        bounds = self._shape_lists.get((mbs, stages))
+        if bounds is None:
+            bounds = self.shape_bounds(mbs, stages, self._last_dp(mbs, stages))
+            self._shape_lists[mbs, stages] = bounds
+        return bounds
 
     def group_bound(self, mbs: int, stages: int, last: int) -> float:
         """A lower bound on `shape_bounds(mbs, stages, last)` at every D, in O(1): the terms
@@ -683,6 +697,69 @@ class _Search:
         if not result.complete:
             raise _Stop(result.stop_reason)
 
+    def _zone_stripes(self) -> None:
+        """Seed the incumbent with plans that keep every stage inside one zone of a region
+        holding the same device in three zones or more. A profile has at most two options,
+        and a region-wide (H6) option rings across zones, so `kind-profiles` alone cannot
+        give each of P stages its own zone there: on five zones of A100 (bench/planner.py)
+        the best such plan is 22% faster than the best profile. Per region, device and TP,
+        and per (m, P): the largest D whose zones hold P stages of D x TP devices, the
+        stages laid out zone by zone (largest quota first, each as many as it holds), split
+        by `min_max_split`, in order of their group bound (`group_bound`), skipping those
+        whose shape bound cannot beat the incumbent. They are real candidates, so they only
+        tighten the bound the profiles are then searched with."""
+        model = self.model
+        groups: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+        for kind in model.kinds:
+            region = model.pools[kind.pool].zone.region
+            groups.setdefault((region, kind.device, kind.tp), []).append(
+                (-self.capacity[kind.pool], kind.index)
+            )
+        seeds: list[tuple[float, int, int, int, tuple[Option, ...]]] = []
+        for (_, _, tp), members in sorted(groups.items()):
+            if len(members) < 3:
+                continue
+            members.sort()
+            for mbs in model.microbatch_sizes():
+                for stages in range(1, model.blocks + 1):
+                    dp = self._stripe_width(mbs, stages, tp, [-room for room, _ in members])
+                    last = self._last_dp(mbs, stages)
+                    if not 1 <= dp <= last:
+                        continue
+                    layout: list[Option] = []
+                    for room, index in members:
+                        layout += [(index,)] * (-room // (dp * tp))
+                    group = self.group_bound(mbs, stages, last)
+                    seeds.append((group, mbs, stages, dp, tuple(layout[:stages])))
+        seeds.sort()
+        for group, mbs, stages, dp, sequence in seeds:
+            if group > self.bound():
+                break
+            if self._bounds_of(mbs, stages)[dp - 1] > self.bound():
+                continue
+            self._check_limits()
+            m1 = -(-(model.batch // mbs) // dp) - 1
+            fixed = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
+            ceiling = self._straggler_ceiling(fixed + self.sync_bound(stages, dp), m1, 0.0)
+            boundaries = self.min_max_split(sequence, mbs, dp, ceiling=ceiling)
+            if boundaries is not None:
+                self.leaf(
+                    _Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence)
+                )
+
+    def _stripe_width(self, mbs: int, stages: int, tp: int, rooms: list[int]) -> int:
+        """The largest D (at most B / m, and P x D x TP within max_gpus) for which zones
+        of these device counts hold P stages of D x TP devices each; 0 if none."""
+        top = min(self.model.batch // mbs, self.total_devices // (stages * tp))
+        lo, hi = 0, top
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sum(room // (mid * tp) for room in rooms) >= stages:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
     def _dp_ordered(self, shapes: list[tuple[float, int, int, int]]) -> None:
         """H3/H4: per (m, P), D descending (throughput) or ascending (cost) until no gain."""
         groups: dict[tuple[int, int], list[tuple[float, int]]] = {}
@@ -705,7 +782,7 @@ class _Search:
 
     def shape(self, mbs: int, stages: int, dp: int) -> float | None:
         """Search one (m, P, D); returns the best objective found in it, or None."""
-        self._shape_best: float | None = None
+        self._shape_best = None
         if "kind-profiles" in self.approx:
             self.profiles(mbs, stages, dp)
             return self._shape_best
@@ -870,7 +947,7 @@ class _Search:
                     continue
             lengths = self._run_lengths(slow, fast, stages, dp)
             if limit < math.inf:
-                room = limit - fill - sync_lb
+                room = limit - fill - (ring_s if ring_s > sync_lb else sync_lb)
                 lengths = self._within(lengths, stages, room, m1 * share, sp_s, sp_f)
             if not lengths:
                 continue
