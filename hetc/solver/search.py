@@ -947,6 +947,7 @@ class _Search:
                     continue
             lengths = self._run_lengths(slow, fast, stages, dp)
             if limit < math.inf:
+                # every n >= 1 has a slow stage, which rings at least one block on its option
                 room = limit - fill - (ring_s if ring_s > sync_lb else sync_lb)
                 lengths = self._within(lengths, stages, room, m1 * share, sp_s, sp_f)
             if not lengths:
