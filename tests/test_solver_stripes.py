@@ -119,3 +119,26 @@ def test_stripe_width_is_the_largest_that_holds_every_stage() -> None:
         top = min(model.batch // mbs, searcher.total_devices // (stages * tp))
         fits = [d for d in range(1, top + 1) if sum(r // (d * tp) for r in rooms) >= stages]
         assert searcher._stripe_width(mbs, stages, tp, rooms) == max(fits, default=0)
+
+
+def test_stripes_skip_regions_without_a_pool_the_search_must_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stripe rents only its region's pools, and a leaf renting none of a forced pool is
+    thrown away: with zone d's pool forced, no stripe of r1 is scored at all."""
+    text = THREE_ZONES.replace(
+        "network:",
+        "  - name: d\n    region: r2\n    pools:\n"
+        "      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}\nnetwork:",
+    )
+    model = PlanningModel(_spec(text))
+    scored: dict[int, int] = {}
+    for forced in (0, 3):
+        options = SearchOptions(approximations=PROFILES, must_use=frozenset({forced}))
+        searcher = search_module._Search(model, options)
+        leaves: list[object] = []
+        monkeypatch.setattr(searcher, "leaf", leaves.append)
+        searcher._zone_stripes()
+        scored[forced] = len(leaves)
+    assert scored[0] > 0
+    assert scored[3] == 0

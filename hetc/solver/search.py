@@ -706,8 +706,9 @@ class _Search:
         and per (m, P): the largest D whose zones hold P stages of D x TP devices, the
         stages laid out zone by zone (largest quota first, each as many as it holds), split
         by `min_max_split`, in order of their group bound (`group_bound`), skipping those
-        whose shape bound cannot beat the incumbent. They are real candidates, so they only
-        tighten the bound the profiles are then searched with."""
+        whose shape bound cannot beat the incumbent (and regions lacking a pool the search
+        must use: a leaf renting none of it is thrown away). They are real candidates, so
+        they only tighten the bound the profiles are then searched with."""
         model = self.model
         groups: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
         for kind in model.kinds:
@@ -717,7 +718,8 @@ class _Search:
             )
         seeds: list[tuple[float, int, int, int, tuple[Option, ...]]] = []
         for (_, _, tp), members in sorted(groups.items()):
-            if len(members) < 3:
+            pools = {model.kinds[index].pool for _, index in members}
+            if len(members) < 3 or not self.options.must_use <= pools:
                 continue
             members.sort()
             for mbs in model.microbatch_sizes():
