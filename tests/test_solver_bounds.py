@@ -196,6 +196,76 @@ def test_the_idle_cost_raises_min_cost_shape_bounds() -> None:
     assert lifted > 10
 
 
+ONE_POOL = """\
+version: 1
+name: one-pool
+model:
+  architecture: {layers: 3, hidden: 256, heads: 4, vocab: 1024, max_positions: 256}
+training: {global_batch_size: 16, seq_len: 256, precision: fp16, zero_stage: 1}
+objective: min_cost
+zones:
+  - name: a
+    pools:
+      - {device: A100-40GB, quota: 8, gpus_per_node: 8, price: 3.6 USD/h}
+"""
+"""One kind at TP 1 is the cheapest for every layer (TP 2 and more pay more device-seconds)."""
+
+
+def test_work_cost_is_every_microbatch_on_the_cheapest_kind() -> None:
+    """Hand-computed on one pool: B / m microbatches x the whole model's time on one TP-1
+    device x its price (1 USD/device-second here is 3.6 USD/h / 3600)."""
+    model = PlanningModel(_spec(ONE_POOL))
+    searcher = _Search(model, SearchOptions())
+    tp1 = next(k.index for k in model.kinds if k.tp == 1)
+    for mbs in (1, 2, 4):
+        whole = model.stage_time(tp1, mbs, 0, model.blocks + 2)[0]
+        expected = 16 // mbs * whole * 3.6 / 3600
+        assert searcher.work_cost(mbs) == pytest.approx(expected, rel=1e-9)
+
+
+def test_work_cost_prices_each_layer_on_its_own_cheapest_kind() -> None:
+    """A100 and V100 on the bench's min-cost scenario: the V100 is the cheaper way to run
+    the token table, the A100 the blocks. The cost floor is below every single-kind price of
+    the whole model and above the old floor, which priced all the work at the V100's rate
+    per unit of work (`device_work`'s sigma is 1 for it, because of the token table): more
+    than 20% above it at microbatch sizes 1 and 2, where the token table tips it."""
+    model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
+    searcher = _Search(model, SearchOptions())
+    lifted = {}
+    for mbs in model.microbatch_sizes():
+        total = model.batch // mbs
+        single = min(
+            total
+            * k.tp
+            * model.stage_time(k.index, mbs, 0, model.blocks + 2)[0]
+            * model.pools[k.pool].pool.price
+            for k in model.kinds
+        )
+        work, sigma = searcher.device_work(mbs)
+        by_sigma = (
+            total
+            * work[-1]
+            * min(slot.pool.price / s for slot, s in zip(model.pools, sigma, strict=True))
+        )
+        floor = searcher.work_cost(mbs)
+        assert by_sigma * (1 - 1e-12) <= floor <= single * (1 + 1e-12)
+        lifted[mbs] = floor / by_sigma
+    assert lifted[1] > 1.2 and lifted[2] > 1.2, lifted
+
+
+def test_the_cost_bound_pays_for_the_slowest_share() -> None:
+    """The bench's min-cost scenario at microbatch 16 (64 microbatches) on one stage: over
+    D = 63 pipelines the fullest does 2, and every pipeline's devices are paid for the whole
+    iteration, so at least 126 microbatch slots of work are paid for; over D = 32 (even
+    shares) 64 are, and the bound is about half as high."""
+    model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
+    searcher = _Search(model, SearchOptions())
+    bounds = searcher.shape_bounds(16, 1, 63)
+    work = searcher.work_cost(16)
+    assert bounds[62] >= work * 126 / 64
+    assert bounds[31] < work * 1.1
+
+
 @pytest.mark.parametrize("seed", range(0, 60, 3))
 def test_a_group_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
     """The search lists the shapes of a (microbatch, P) group only once the group's bound

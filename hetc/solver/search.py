@@ -19,9 +19,9 @@ Why it is exact (with every approximation off), step by step:
    cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Each
    (m, P) enters the order under a bound on all its D (`group_bound`) and is listed only
    when reached, so the order is unchanged. Cost >= that time x (D x P x least TP devices at
-   the cheapest price), and >= the model's least device-seconds at the cheapest price per
-   unit of work (`work_cost`) plus the device-seconds every device must idle, waiting on the
-   other stages and the sync, at the cheapest price (`idle_cost`).
+   the cheapest price), and >= each layer's least TP x time x price over the kinds, for
+   ceil(B / (m D)) x D microbatches (`work_cost`), plus the device-seconds every device must
+   idle, waiting on the other stages and the sync, at the cheapest price (`idle_cost`).
 2. Within a shape, stages are chosen first to last (end block and kind set together), with
    the same bounds on what remains; a partial candidate whose bound exceeds the incumbent, or
    breaks the budget or the throughput floor, is dropped. Every term of the model is a sum or
@@ -272,6 +272,7 @@ class _Search:
         self._tp_degrees = sorted({k.tp for k in model.kinds})
         self._shape_terms: dict[tuple[int, int], tuple[float, float, float, float]] = {}
         self._shape_lists: dict[tuple[int, int], list[float]] = {}
+        self._work_costs: dict[int, float] = {}
         self._shape_best: float | None = None
         """The best objective found in the shape being searched (`shape`)."""
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
@@ -457,7 +458,9 @@ class _Search:
         """Lower bounds on the objective of every candidate of shape (m, P, D) for
         D = 1..last (the module docstring, step 1), sharing what does not depend on D:
         they are computed for thousands of shapes before the search starts. For cost, the
-        larger of that time on the fewest devices and `work_cost` + `idle_cost`. A shape
+        larger of that time on the fewest devices and `work_cost` (for ceil(T / D) x D
+        microbatch slots: iteration >= F + m1 S + Y >= m t_i + (F - t_i) + Y on every
+        replica) + `idle_cost` (its F - t_i + Y). A shape
         whose bounds already break the budget or the throughput floor gets an infinite
         one."""
         model = self.model
@@ -485,9 +488,11 @@ class _Search:
             fill, static, per_dp = terms
             straggler = per_dp * dp if per_dp * dp > static else static
             sync = self.sync_bound(stages, dp)
-            t = fill + (-(-total // dp) - 1) * straggler + sync
+            slots = -(-total // dp)
+            t = fill + (slots - 1) * straggler + sync
             idle = self.idle_cost(stages, dp, fill, sync) if floor else 0.0
-            cost = max(t * dp * unit, floor + idle)
+            # every pipeline's devices are paid for ceil(T / D) microbatches' work
+            cost = max(t * dp * unit, floor * (slots * dp / total) + idle)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
             else:
@@ -532,15 +537,25 @@ class _Search:
         return terms
 
     def work_cost(self, mbs: int) -> float:
-        """Cost >= the device-seconds every microbatch needs at the cheapest rate per unit of
-        work: each of the B / m microbatches costs pool p at least W / sigma_p device-seconds
-        (`device_work`), paid at its price, whatever the layout."""
-        work, sigma = self.device_work(mbs)
-        cheapest = min(
-            (slot.pool.price / s for slot, s in zip(self.model.pools, sigma, strict=True) if s > 0),
-            default=0.0,
-        )
-        return (self.model.batch // mbs) * work[-1] * cheapest
+        """Cost >= what the computing itself costs, whatever the layout: a device runs one
+        thing at a time and is paid for at least while it does, so each layer of each of
+        the B / m microbatches costs at least the least TP x time x price over the kinds that
+        could run it. Layer by layer, not the model at one rate: a slow device that is
+        cheap on the token table (V100 beside A100) must not price the blocks."""
+        cost = self._work_costs.get(mbs)
+        if cost is None:
+            model = self.model
+            per_layer = [
+                min(
+                    k.tp
+                    * model.stage_time(k.index, mbs, i, i + 1)[0]
+                    * model.pools[k.pool].pool.price
+                    for k in model.kinds
+                )
+                for i in range(model.blocks + 2)
+            ]
+            cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer)
+        return cost
 
     def objective_bound(self, t: float, rate: float) -> float:
         if self.objective == "max_throughput":
