@@ -283,3 +283,25 @@ def test_a_group_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
             assert group <= least * (1 + 1e-12), (mbs, stages, group, least)
             checked += least < math.inf
     assert checked
+
+
+@pytest.mark.parametrize("name", ["opt350m-5zones", "opt350m-floor"])
+def test_shapes_beaten_before_the_sync_keep_a_weaker_bound_above_the_incumbent(name: str) -> None:
+    """Once an incumbent exists, a shape whose bound beats it without the sync keeps that
+    weaker bound (its rings are never computed): still a lower bound, still above the
+    incumbent, so the shapes searched and their order are the same."""
+    model = PlanningModel(_spec((BENCH / f"{name}.yaml").read_text()))
+    fresh = _Search(model, SearchOptions())
+    full = [b for stages in (1, 2, 6) for b in fresh.shape_bounds(2, stages, 200)]
+    incumbent = sorted(b for b in full if b < math.inf)[len(full) // 4]
+    pruning = _Search(model, SearchOptions())
+    pruning._kth = incumbent
+    early = [b for stages in (1, 2, 6) for b in pruning.shape_bounds(2, stages, 200)]
+    weaker = 0
+    for a, b in zip(early, full, strict=True):
+        if a != b:
+            assert incumbent < a <= b
+            weaker += 1
+        else:
+            assert (a > incumbent) == (b > incumbent)
+    assert weaker > 50

@@ -473,6 +473,7 @@ class _Search:
         fixed: dict[int, tuple[float, float, float]] = {}
         bounds = []
         degrees = self._tp_degrees
+        incumbent = self.bound()
         for dp in range(1, last + 1):
             max_tp = self.affordable_tp(stages, dp)
             cap = 0
@@ -487,12 +488,23 @@ class _Search:
                 fixed[cap] = terms
             fill, static, per_dp = terms
             straggler = per_dp * dp if per_dp * dp > static else static
-            sync = self.sync_bound(stages, dp)
             slots = -(-total // dp)
-            t = fill + (slots - 1) * straggler + sync
-            idle = self.idle_cost(stages, dp, fill, sync) if floor else 0.0
             # every pipeline's devices are paid for ceil(T / D) microbatches' work
-            cost = max(t * dp * unit, floor * (slots * dp / total) + idle)
+            paid = floor * (slots * dp / total)
+            t = fill + (slots - 1) * straggler
+            # already beaten without the sync: a weaker bound will do, and saves the rings
+            early = (
+                t
+                if throughput
+                else max(t * dp * unit, paid + self.idle_cost(stages, dp, fill, 0.0))
+            )
+            if early > incumbent:
+                bounds.append(early)
+                continue
+            sync = self.sync_bound(stages, dp)
+            t += sync
+            idle = self.idle_cost(stages, dp, fill, sync) if floor else 0.0
+            cost = max(t * dp * unit, paid + idle)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
             else:
