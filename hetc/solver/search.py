@@ -976,8 +976,10 @@ class _Search:
                     continue
             lengths = self._run_lengths(slow, fast, stages, dp)
             if limit < math.inf:
-                # every n >= 1 has a slow stage, which rings at least one block on its option
-                room = limit - fill - (ring_s if ring_s > sync_lb else sync_lb)
+                # a profile runs a stage on each of its options (n is 1..P - 1 for two), and
+                # such a stage rings at least one block on its option
+                ring = ring_s if ring_s > ring_f else ring_f
+                room = limit - fill - (ring if ring > sync_lb else sync_lb)
                 lengths = self._within(lengths, stages, room, m1 * share, sp_s, sp_f)
             if not lengths:
                 continue
