@@ -55,7 +55,9 @@ split and scored in order of that bound. The split first tries the largest strag
 could still win (`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of
 options and its mirror image under a swap of two identical zones, only the earlier is
 searched (`_zone_swaps`): the two score the same; with `must_use`, only pairs drawing on
-every forced pool (`_may_use_forced`).
+every forced pool (`_may_use_forced`). Before the profiles, plans outside their space seed
+the incumbent: where a region holds one device in three zones or more, each stage in its
+own zone (`_zone_stripes`), which two options per pipeline cannot express.
 
 Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
 turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator below:
@@ -101,7 +103,8 @@ APPROXIMATIONS = {
     "kind-profiles": (
         "every stage runs one pool, or all pools of one device in one region (H6), at one TP;"
         " at most two such options per pipeline, slower first; each such profile gets the"
-        " split that minimises its straggler"
+        " split that minimises its straggler; plus zone stripes (one zone per stage) where a"
+        " region holds one device in three zones or more"
     ),
 }
 
@@ -658,7 +661,8 @@ class _Search:
 
     def _bounds_of(self, mbs: int, stages: int) -> list[float]:
         """`shape_bounds` of (m, P) at every D, cached: the zone stripes and the main pass
-        both read them, and they do not depend on the incumbent."""
+        both read them. A bound left without its sync for an incumbent stays above every
+        later, better one, so the cache never needs redoing."""
         bounds = self._shape_lists.get((mbs, stages))
         if bounds is None:
             bounds = self.shape_bounds(mbs, stages, self._last_dp(mbs, stages))
