@@ -82,3 +82,36 @@ def test_the_gpu_dry_run_plans_the_catalog_device(tmp_path: Path) -> None:
     assert len(times) == 6, done.stdout
     assert all(0 < float(t) < 1 for _, t in times)
     assert re.search(r"excluded .*P2 2/2 mbs2", done.stdout), done.stdout
+
+
+def test_the_gpu_mode_refuses_a_device_outside_the_catalog(tmp_path: Path) -> None:
+    """An unknown `--gpu` name: the positioned spec error, exit 2, no traceback."""
+    unknown = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "fidelity.py"),
+            "--gpu",
+            "FOO",
+            "--dry-run",
+            "--work",
+            str(tmp_path / "foo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert unknown.returncode == 2
+    assert re.search(r"spec\.yaml:\d+:\d+: .*unknown device 'FOO'", unknown.stderr), unknown.stderr
+    assert "Traceback" not in unknown.stderr
+
+
+def test_dry_run_without_the_gpu_mode_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fidelity.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "--dry-run needs --gpu" in done.stderr
