@@ -22,6 +22,11 @@ Why it is exact (with every approximation off), step by step:
    the cheapest price), and >= each layer's least TP x time x price over the kinds, for
    ceil(B / (m D)) x D microbatches (`work_cost`), plus the device-seconds every device must
    idle, waiting on the other stages and the sync, at the cheapest price (`idle_cost`).
+   A shape that passes is then checked for whole blocks and whole TP degrees
+   (`cover.StageCover`, via `_may_win`): at the largest straggler with which it could still
+   win, can P stages of at least one block each, every replica within that straggler, fit
+   the devices there are? A relaxation (memory and zones left out), so it only drops
+   shapes that cannot win.
 2. Within a shape, stages are chosen first to last (end block and kind set together), with
    the same bounds on what remains; a partial candidate whose bound exceeds the incumbent, or
    breaks the budget or the throughput floor, is dropped. Every term of the model is a sum or
@@ -88,6 +93,7 @@ from itertools import combinations, pairwise
 from typing import NamedTuple
 
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
+from hetc.solver.cover import StageCover
 
 __all__ = [
     "APPROXIMATIONS",
@@ -301,6 +307,9 @@ class _Search:
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
         self._swaps: list[dict[int, int]] | None = None
+        self._cover = StageCover(
+            model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
+        )
 
     # -- bounds ---------------------------------------------------------------------------
 
@@ -638,6 +647,22 @@ class _Search:
             self._check_limits()
             self.shape(mbs, stages, dp)
 
+    def _may_win(self, mbs: int, stages: int, dp: int) -> bool:
+        """The stage-cover check (`cover.StageCover`) at the largest straggler with which
+        the shape could still beat the incumbent (or meet the throughput floor): F_lb +
+        (m - 1) S + Y_lb within it, with the shape bound's F_lb and Y_lb."""
+        m1 = -(-(self.model.batch // mbs) // dp) - 1
+        if m1 < 1:
+            return True
+        limit = self.bound() if self.objective == "max_throughput" else math.inf
+        if self.time_cap is not None and self.time_cap < limit:
+            limit = self.time_cap
+        if limit == math.inf:
+            return True
+        fill = self._terms(mbs, self.affordable_tp(stages, dp))[0]
+        ceiling = (limit - fill - self.sync_bound(stages, dp)) / m1
+        return self._cover.may_run_under(mbs, stages, dp, ceiling)
+
     def _groups(self) -> list[tuple[float, int, int]]:
         """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
         lower bound on `shape_bounds` over every D (`group_bound`); groups that break the
@@ -819,6 +844,8 @@ class _Search:
         if "kind-profiles" in self.approx:
             self.profiles(mbs, stages, dp)
             return self._shape_best
+        if not self._may_win(mbs, stages, dp):
+            return None
         self._memo: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
         state = _Partial(
             stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
@@ -945,6 +972,8 @@ class _Search:
         if most > 0:
             narrowest = max(narrowest, share / most)
         if throughput and fill_lb + m1 * narrowest + sync_lb > bound:
+            return
+        if not self._may_win(mbs, stages, dp):
             return
         costly = not throughput or self.budget is not None
         if costly:
