@@ -21,7 +21,7 @@ from oracles.brute_force import candidates
 from oracles.instances import binding_instance, random_instance
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.schema import Spec, check_text
+from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SearchOptions, _Search
 
 CROSSING = """\
@@ -305,3 +305,26 @@ def test_shapes_beaten_before_the_sync_keep_a_weaker_bound_above_the_incumbent(n
         else:
             assert (a > incumbent) == (b > incumbent)
     assert weaker > 50
+
+
+@pytest.mark.parametrize("name", ["opt350m-5zones", "opt350m-floor", "gptneo-32a100-96v100"])
+def test_the_ring_frontier_keeps_every_sync_term(name: str) -> None:
+    """The sync bound reads only the rings no other beats at every D (`_ring_frontier`):
+    its terms must be the same as over every distinct ring, and the frontier must be
+    smaller (on five zones, 3 of 18)."""
+    report = check_file(BENCH / f"{name}.yaml")
+    assert report.spec is not None
+    searcher = _Search(PlanningModel(report.spec), SearchOptions())
+    frontier = searcher._ring_frontier()
+    assert len(frontier) < len(searcher._distinct_rings())
+    fast = [searcher._sync_terms(dp) for dp in range(2, 300)]
+    searcher._frontier = searcher._distinct_rings()
+    assert fast == [searcher._sync_terms(dp) for dp in range(2, 300)]
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 4))
+def test_the_ring_frontier_on_random_specs(seed: int) -> None:
+    searcher = _Search(PlanningModel(_spec(random_instance(seed))), SearchOptions())
+    fast = [searcher._sync_terms(dp) for dp in range(2, 40)]
+    searcher._frontier = searcher._distinct_rings()
+    assert fast == [searcher._sync_terms(dp) for dp in range(2, 40)]

@@ -92,6 +92,7 @@ from functools import cache
 from itertools import combinations, pairwise
 from typing import NamedTuple
 
+from hetc.costmodel.network import FLAT, effective_bandwidth
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
 from hetc.solver.cover import StageCover
 
@@ -263,6 +264,7 @@ class _Search:
         self._sigma_order: dict[int, list[int]] = {}
         self._sync_rings: dict[int, tuple[float, float, tuple[int, int], tuple[float, float]]] = {}
         self._ring_pairs: list[tuple[int, int, int, float]] | None = None
+        self._frontier: list[tuple[int, int, int, float]] | None = None
         zones: dict[str, int] = {}
         regions: dict[str, int] = {}
         for slot, devices in zip(model.pools, self.capacity, strict=True):
@@ -426,7 +428,7 @@ class _Search:
         regions."""
         whole = (0, self.model.blocks, True, True)
         least = [(math.inf, math.inf)] * 3
-        for a, b, level, latency in self._distinct_rings():
+        for a, b, level, latency in self._ring_frontier():
             ring = self.model.ring(a, b, whole, dp)
             for at in range(level + 1):
                 w, lat = least[at]
@@ -459,6 +461,43 @@ class _Search:
                     )
             self._ring_pairs = list(seen.values())
         return self._ring_pairs
+
+    def _ring_frontier(self) -> list[tuple[int, int, int, float]]:
+        """`_distinct_rings` less those another one at the same or a farther locality level
+        beats at every D: on flat-curve links a ring over D ranks takes 2 (D - 1) (latency
+        + bytes / (D x rate)), so a link with no more latency and no more bytes per rate is
+        never slower, and `_sync_terms` takes it for every level it takes the other one
+        (each least is over the links crossing at least that level)."""
+        if self._frontier is None:
+            model = self.model
+            whole = (0, model.blocks, True, True)
+            terms: list[tuple[float, float] | None] = []
+            rings = self._distinct_rings()
+            for a, b, _, _ in rings:
+                ka, kb = model.kinds[a], model.kinds[b]
+                flows = max(ka.tp, kb.tp)
+                link, curve, nic = model.measured_link(ka.pool, kb.pool, flows)
+                if curve is not FLAT:
+                    terms.append(None)
+                    continue
+                rate = effective_bandwidth(link, 1.0, flows_on_nic=flows, nic_bandwidth=nic)
+                terms.append((link.latency, model.gradient_bytes(whole, min(ka.tp, kb.tp)) / rate))
+            kept = []
+            for i, (_, _, level, _) in enumerate(rings):
+                mine = terms[i]
+                beaten = mine is not None and any(
+                    other is not None
+                    and rings[j][2] >= level
+                    and other[0] <= mine[0]
+                    and other[1] <= mine[1]
+                    and (other != mine or rings[j][2] > level or j < i)
+                    for j, other in enumerate(terms)
+                    if j != i
+                )
+                if not beaten:
+                    kept.append(rings[i])
+            self._frontier = kept
+        return self._frontier
 
     def bound(self) -> float:
         """The objective value a candidate must beat (or tie) to matter: the best's, or with
