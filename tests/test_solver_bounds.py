@@ -276,7 +276,7 @@ def test_a_group_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
     checked = 0
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
-            last = searcher._last_dp(mbs, stages)
+            last = searcher._dp_cap(mbs, stages)
             shapes = searcher.shape_bounds(mbs, stages, last) if last >= 1 else []
             least = min(shapes, default=math.inf)
             group = searcher.group_bound(mbs, stages, last)
