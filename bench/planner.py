@@ -28,7 +28,7 @@ KILL_GRACE seconds is killed and reported as such (the search did not honour its
 Nothing about wall time is asserted: the numbers are printed.
 
 Usage: python bench/planner.py [--scenario NAME ...] [--time-limit S] [--no-perturb]
-                               [--perturbations N] [--no-checks]
+                               [--perturbations N] [--no-checks] [--repeat N]
                                [--cost-model analytical|profiles|both]
 """
 
@@ -39,12 +39,14 @@ import json
 import math
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,7 +289,19 @@ def table(rows: list[list[str]], header: list[str]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-def print_speed(runs: dict[str, Run]) -> None:
+def repeat_times(runs: Sequence[Run]) -> list[float]:
+    """The search times of the runs that finished, least first."""
+    return sorted(run.result["search_seconds"] for run in runs if run.result is not None)
+
+
+def spread_text(times: Sequence[float]) -> str:
+    """'least / median (n)' of repeated search times, '-' if none finished."""
+    if not times:
+        return "-"
+    return f"{times[0]:.3g} / {statistics.median(times):.3g} ({len(times)})"
+
+
+def print_speed(runs: dict[str, Run], spreads: dict[str, list[float]]) -> None:
     print("\n== Search time (fresh process each) and the plan found ==")
     rows = []
     for name, run in runs.items():
@@ -309,7 +323,12 @@ def print_speed(runs: dict[str, Run]) -> None:
             ]
         )
     header = ["scenario", "search s", "plan_spec s", "target s", "Sailor s", "complete"]
-    table(rows, [*header, "plan", "devices used", "iter s", "USD/it"])
+    header = [*header, "plan", "devices used", "iter s", "USD/it"]
+    if spreads:
+        for row, name in zip(rows, runs, strict=True):
+            row.insert(2, spread_text(spreads[name]))
+        header.insert(2, "least / median s (runs)")
+    table(rows, header)
     print("(search s: the search's own wall time; plan_spec s adds building and simulating.)")
 
 
@@ -607,6 +626,13 @@ def main() -> None:
         help="analytical: the formulas only (with perturbations and checks); profiles: the"
         " main search again with examples/profiles; both (default)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="main searches per scenario, each in a fresh process; with more than one the"
+        " table adds their least and median time (this machine's timings vary by 30-45%%)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -620,10 +646,15 @@ def main() -> None:
     specs = {name: _load(str(SCENARIOS / f"{name}.yaml")) for name in names}
     runs = {}
     if args.cost_model != "profiles":
+        spreads: dict[str, list[float]] = {}
         for name in names:
             runs[name] = search(SCENARIOS / f"{name}.yaml", args.time_limit)
+            again = [
+                search(SCENARIOS / f"{name}.yaml", args.time_limit) for _ in range(args.repeat - 1)
+            ]
+            spreads[name] = repeat_times([runs[name], *again])
             print(f"  {name}: {runs[name].seconds()} s", flush=True)
-        print_speed(runs)
+        print_speed(runs, spreads if args.repeat > 1 else {})
         print_quality([judge(name, specs[name], runs[name]) for name in names])
     if args.cost_model != "analytical":
         profiles = {name: spec_profiles(specs[name]) for name in names}

@@ -95,3 +95,38 @@ def test_bench_runs_one_scenario_end_to_end() -> None:
     search_seconds = float(rows[0].split()[1])
     assert search_seconds > 0
     assert " yes " in rows[1], "hetc's plan is at least as good as Sailor's"
+
+
+def test_repeated_searches_print_their_least_and_median() -> None:
+    import planner as bench  # bench/planner.py, on the path above
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "planner.py"),
+            "--scenario",
+            "opt350m-128a100",
+            "--no-perturb",
+            "--no-checks",
+            "--cost-model",
+            "analytical",
+            "--repeat",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    header = next(line for line in done.stdout.splitlines() if line.startswith("scenario "))
+    assert "least / median s (runs)" in header
+    row = next(line for line in done.stdout.splitlines() if line.startswith("opt350m-128a100 "))
+    least, median = float(row.split()[2]), float(row.split()[4])
+    assert 0 < least <= median and "(3)" in row
+    finished = bench.Run(result={"search_seconds": 0.5}, wall=1.0)
+    lost = bench.Run(result=None, wall=9.0, failure="killed")
+    fast = bench.Run(result={"search_seconds": 0.2}, wall=1.0)
+    assert bench.repeat_times([finished, lost, fast]) == [0.2, 0.5]
+    assert bench.spread_text([0.2, 0.5]) == "0.2 / 0.35 (2)"
+    assert bench.spread_text([]) == "-"
