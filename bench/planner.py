@@ -44,9 +44,9 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
