@@ -16,18 +16,22 @@ with non-negative weights per pool, and the P stages together at most the weight
 devices there are. The least cost over splits of the L blocks is a multiple-choice
 covering problem; its linear relaxation (each stage on the lower convex hull of its
 (blocks, weight) points, the hull segments taken greedily by blocks per weight) is still a
-lower bound, and costs a few operations per kind. The weightings: with one device type,
-raw devices; with several, the fastest type alone (its quotas; the others free: scarce fast
-devices) and the pools' speed factors sigma (`_Search.device_work`: slow plentiful ones
-count for what they can do), plus raw devices where max_gpus is below the quotas. (Each
-other type alone never dropped a shape the others kept on the bench's scenarios.) If any
-weighting's least cost exceeds what there is, no plan of the shape has a straggler within
-S. Memory is left out of the check, which keeps it a relaxation and cheap.
+lower bound, and costs a few operations per kind. The search applies it for max_throughput
+on one device type, in raw devices: with several types no single weighting sees all their
+quotas at once, and it dropped few shapes there that the profile pairs would not have
+dropped as cheaply (it cost more time than it saved on the bench's A100 + V100 scenarios).
+If the least cost exceeds what there is, no plan of the shape has a straggler within S.
+Memory is left out of the check, which keeps it a relaxation and cheap.
 
 The memory cap is the same cover with no ceiling on time but b_k limited by memory: the
 most blocks kind k holds at the stage's position with its microbatches in flight. What it
 allows is an upper bound on D for all of (m, P) at once (`most_pipelines`); on 32 A100 +
-96 V100 with GPT-Neo-2.7B it removes 1,251 of 4,040 shapes before any is bounded.
+96 V100 with GPT-Neo-2.7B it removes 1,251 of 4,040 shapes before any is bounded. Its
+weightings (`weightings`): raw devices with one device type; with several, the fastest
+type alone (its quotas, the others free: scarce fast devices) and the pools weighted by
+their speed factors sigma (`_Search.device_work`: slow plentiful devices count for what
+they can do), plus raw devices where max_gpus is below the quotas. Each other type alone
+never cut a shape the others kept on the bench's scenarios.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class StageCover:
             tuple[int, int, int], tuple[list[tuple[int, list[int]]], list[float]]
         ] = {}
         self._memory: dict[tuple[int, str, int, int, int, int], int] = {}
+        self.one_device = len({slot.pool.device for slot in model.pools}) == 1
+        """Whether every pool holds the same device type (one weighting, raw devices)."""
         self._hulls: dict[
             tuple[int, ...], tuple[float, int, list[tuple[float, float, int]]] | None
         ] = {}
