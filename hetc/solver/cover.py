@@ -49,7 +49,8 @@ ties."""
 
 
 class StageCover:
-    """The stage-cover check for one planning model (module docstring)."""
+    """The stage-cover check and the memory cap for one planning model (module
+    docstring), with what they look up cached across shapes."""
 
     def __init__(
         self,
@@ -76,8 +77,8 @@ class StageCover:
         ] = {}
 
     def weightings(self, mbs: int) -> list[tuple[float, list[float], list[int]]]:
-        """(what there is, weight per kind, kinds by weight) for every weighting the check
-        applies."""
+        """(what there is, weight per kind, kinds by weight) for every weighting the cover
+        is priced in (module docstring)."""
         cached = self._weightings.get(mbs)
         if cached is not None:
             return cached
