@@ -201,8 +201,9 @@ def test_the_memory_cap_keeps_every_shape_that_fits(seed: int) -> None:
 
 def test_the_memory_cap_cuts_shapes_and_keeps_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
     """On 32 A100 + 96 V100 with GPT-Neo-2.7B the cap removes over a thousand (m, P, D) that
-    cannot hold their activations (measured: 1,251 of 4,040), and the search finds the
-    same optimum with the cap switched off."""
+    cannot hold their activations (measured: 1,251 of 4,040; 1,096 without the speed-
+    weighted devices, 966 in raw devices alone), and the search finds the same optimum with
+    the cap switched off."""
     report = check_file(BENCH / "gptneo-32a100-96v100.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
@@ -212,7 +213,7 @@ def test_the_memory_cap_cuts_shapes_and_keeps_the_optimum(monkeypatch: pytest.Mo
         for stages in range(1, model.blocks + 1):
             plain += searcher._dp_cap(mbs, stages)
             capped += searcher._last_dp(mbs, stages)
-    assert plain - capped > 1000, (plain, capped)
+    assert plain - capped > 1200, (plain, capped)
     options = SearchOptions(approximations=default_approximations(model))
     value = search(model, options).candidates[0].value
     monkeypatch.setattr(StageCover, "most_pipelines", lambda self, mbs, stages, last: last)
