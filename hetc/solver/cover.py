@@ -108,19 +108,32 @@ class StageCover:
 
     def class_times(self, mbs: int, kind: int) -> tuple[list[float], ...]:
         """Forward + backward time of b = 1..L blocks on `kind`, as the first stage (with the
-        token table), a middle one, and the last (with the head)."""
+        token table), a middle one (the least over where it starts: blocks differ where
+        the attention pattern mixes global and local layers), and the last (with the
+        head)."""
         key = (mbs, kind)
         cached = self._times.get(key)
         if cached is None:
             blocks = self.model.blocks
-            cached = self._times[key] = tuple(
+            stage_time = self.model.stage_time
+            cached = self._times[key] = (
+                [stage_time(kind, mbs, 0, b + 1)[0] for b in range(1, blocks + 1)],
                 [
-                    self.model.stage_time(kind, mbs, *_layers(at, b, blocks))[0]
+                    min(stage_time(kind, mbs, x, x + b)[0] for x in self._starts(b))
                     for b in range(1, blocks + 1)
-                ]
-                for at in range(3)
+                ],
+                [
+                    stage_time(kind, mbs, blocks + 1 - b, blocks + 2)[0]
+                    for b in range(1, blocks + 1)
+                ],
             )
         return cached
+
+    def _starts(self, count: int) -> range:
+        """First layers a middle stage of `count` blocks may start at, one per phase of the
+        attention pattern (blocks repeat with its period), within the model."""
+        period = len(self.model.arch.attention_pattern)
+        return range(1, max(2, min(period, self.model.blocks + 1 - count) + 1))
 
     def _steps(self, mbs: int) -> list[float]:
         """Every time at which some kind's reach changes: the check's answer for a given
@@ -149,23 +162,28 @@ class StageCover:
 
     def memory_reach(self, mbs: int, kind: int, at: int, flight: int, dp: int) -> int:
         """The most blocks `kind` holds in memory at position `at` (0 first, 1 middle, 2
-        last) with `flight` microbatches in flight over `dp` replicas (0 if none; the
-        blocks are alike, so which ones does not matter). Cached per device and TP: pools
-        of one device hold the same."""
+        last) with `flight` microbatches in flight over `dp` replicas (0 if none), a middle
+        stage at the start where it holds most (blocks differ with the attention pattern).
+        Cached per device and TP: pools of one device hold the same."""
         replica = self.model.kinds[kind]
         key = (mbs, replica.device, replica.tp, at, flight, dp)
         reach = self._memory.get(key)
         if reach is None:
             fits = self.model.fits
             blocks = self.model.blocks
-            lo, hi = 0, blocks
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if fits(kind, mbs, *_layers(at, mid, blocks), dp, flight):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            reach = self._memory[key] = lo
+            reach = 0
+            for x in self._starts(1) if at == 1 else (None,):
+                # the most blocks from layer x (a middle stage ends before the head)
+                lo, hi = reach, blocks if x is None else blocks + 1 - x
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    first, end = _layers(at, mid, blocks) if x is None else (x, x + mid)
+                    if fits(kind, mbs, first, end, dp, flight):
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                reach = lo
+            self._memory[key] = reach
         return reach
 
     def most_pipelines(self, mbs: int, stages: int, last: int) -> int:
@@ -250,12 +268,10 @@ class StageCover:
 
 
 def _layers(at: int, blocks: int, total: int) -> tuple[int, int]:
-    """[first, end) layers of `blocks` blocks as the first stage (at 0), a middle one (1) or
-    the last (2) of a model of `total` blocks."""
+    """[first, end) layers of `blocks` blocks as the first stage (at 0, with the token
+    table) or the last (at 2, with the head) of a model of `total` blocks."""
     if at == 0:
         return 0, blocks + 1
-    if at == 1:
-        return 1, blocks + 1
     return total + 1 - blocks, total + 2
 
 
