@@ -635,6 +635,8 @@ def main() -> None:
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1 (searches per scenario), got {args.repeat}")
     if args.worker:
         print(json.dumps(_worker(json.loads(args.worker))))
         return

@@ -70,8 +70,9 @@ def test_sailor_plan_is_a_valid_plan_for_its_scenario(path: Path) -> None:
     assert simulate(plan, spec).iteration_time > 0
 
 
-def test_bench_runs_one_scenario_end_to_end() -> None:
-    done = subprocess.run(
+def _bench(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """bench/planner.py on the fastest scenario, without perturbations or checks."""
+    return subprocess.run(
         [
             sys.executable,
             str(ROOT / "bench" / "planner.py"),
@@ -79,14 +80,17 @@ def test_bench_runs_one_scenario_end_to_end() -> None:
             "opt350m-128a100",
             "--no-perturb",
             "--no-checks",
-            "--time-limit",
-            "30",
+            *arguments,
         ],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_bench_runs_one_scenario_end_to_end() -> None:
+    done = _bench("--time-limit", "30")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "Search time" in out and "Plan quality" in out
@@ -100,24 +104,7 @@ def test_bench_runs_one_scenario_end_to_end() -> None:
 def test_repeated_searches_print_their_least_and_median() -> None:
     import planner as bench  # bench/planner.py, on the path above
 
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "planner.py"),
-            "--scenario",
-            "opt350m-128a100",
-            "--no-perturb",
-            "--no-checks",
-            "--cost-model",
-            "analytical",
-            "--repeat",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _bench("--cost-model", "analytical", "--repeat", "3")
     assert done.returncode == 0, done.stderr
     header = next(line for line in done.stdout.splitlines() if line.startswith("scenario "))
     assert "least / median s (runs)" in header
@@ -130,3 +117,9 @@ def test_repeated_searches_print_their_least_and_median() -> None:
     assert bench.repeat_times([finished, lost, fast]) == [0.2, 0.5]
     assert bench.spread_text([0.2, 0.5]) == "0.2 / 0.35 (2)"
     assert bench.spread_text([]) == "-"
+
+
+def test_a_repeat_below_one_is_refused() -> None:
+    done = _bench("--repeat", "0")
+    assert done.returncode == 2
+    assert "--repeat must be at least 1" in done.stderr and "Traceback" not in done.stderr
