@@ -223,6 +223,23 @@ def test_work_cost_is_every_microbatch_on_the_cheapest_kind() -> None:
         assert searcher.work_cost(mbs) == pytest.approx(expected, rel=1e-9)
 
 
+def test_layer_compute_is_stage_time_of_each_layer_to_the_bit() -> None:
+    """The bounds read per-layer times from `layer_compute` (one lookup per device and TP)
+    instead of `stage_time` per layer and kind; the search's ties depend on their being the
+    same floats, on GPT-Neo-2.7B, whose blocks alternate global and local attention, and on
+    every kind of the bench's A100 + V100 cluster."""
+    model = PlanningModel(_spec((BENCH / "gptneo-32a100-96v100.yaml").read_text()))
+    for k in model.kinds:
+        for mbs in (1, 4):
+            row = model.layer_compute(k.device, k.tp, mbs)
+            assert len(row) == model.blocks + 2
+            for i, t in enumerate(row):
+                assert t == model.stage_time(k.index, mbs, i, i + 1)[0]
+    a100 = next(k for k in model.kinds if k.device == "A100-40GB" and k.tp == 1)
+    blocks = model.layer_compute(a100.device, 1, 1)[1:-1]
+    assert blocks[0] != blocks[1] and blocks[0] == blocks[2]
+
+
 def test_work_cost_prices_each_layer_on_its_own_cheapest_kind() -> None:
     """A100 and V100 on the bench's min-cost scenario: the V100 is the cheaper way to run
     the token table, the A100 the blocks. The cost floor is below every single-kind price of

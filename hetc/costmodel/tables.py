@@ -236,14 +236,17 @@ def build_stage_tables(
 
     e = ACTIVATION_BYTES[precision]
     block_input = e * seq_len * microbatch * arch.hidden
-    full = [
+    # a block's bytes depend on it only through its phase of the attention pattern
+    period = len(arch.attention_pattern)
+    per_phase = [
         int(
             layer_activation_bytes(
                 arch, b, seq_len=seq_len, microbatch=microbatch, tp=tp, precision=precision
             )
         )
-        for b in range(arch.layers)
+        for b in range(min(period, arch.layers))
     ]
+    full = [per_phase[b % period] for b in range(arch.layers)]
     ends = (
         int(
             embedding_activation_bytes(

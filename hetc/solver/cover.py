@@ -72,6 +72,7 @@ class StageCover:
             tuple[int, int, int], tuple[list[tuple[int, list[int]]], list[float]]
         ] = {}
         self._memory: dict[tuple[int, str, int, int, int, int], int] = {}
+        self._reach_rows: dict[tuple[int, int, int, int], list[int]] = {}
         self.one_device = len({slot.pool.device for slot in model.pools}) == 1
         """Whether every pool holds the same device type (one weighting, raw devices)."""
         self._hulls: dict[
@@ -188,6 +189,16 @@ class StageCover:
             self._memory[key] = reach
         return reach
 
+    def _reach_row(self, mbs: int, at: int, flight: int, dp: int) -> list[int]:
+        """`memory_reach` of every kind, cached as a row: the memory cap asks for the same
+        rows for every P of one microbatch size."""
+        key = (mbs, at, flight, dp)
+        row = self._reach_rows.get(key)
+        if row is None:
+            row = [self.memory_reach(mbs, k, at, flight, dp) for k in range(len(self.model.kinds))]
+            self._reach_rows[key] = row
+        return row
+
     def most_pipelines(self, mbs: int, stages: int, last: int) -> int:
         """The largest D <= `last` for which P stages, each holding its blocks in memory,
         may fit the devices in every weighting (0 if none): shapes of more pipelines have no
@@ -215,11 +226,13 @@ class StageCover:
                 key = (at, 1 << (flight.bit_length() - 1))
                 groups[key] = groups.get(key, 0) + 1
             positions = [
-                (count, [min(most, self.memory_reach(mbs, k, at, flight, lenient)) for k in kinds])
+                (count, [min(most, r) for r in self._reach_row(mbs, at, flight, lenient)])
                 for (at, flight), count in groups.items()
             ]
-        for there, weight, order in self.weightings(mbs):
-            need = least_cover([(n, class_hull(r, weight, order)) for n, r in positions], blocks)
+        for index, (there, weight, order) in enumerate(self.weightings(mbs)):
+            need = least_cover(
+                [(n, self._hull(mbs, index, r, weight, order)) for n, r in positions], blocks
+            )
             if need == math.inf:
                 return 0
             if need > 0:

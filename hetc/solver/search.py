@@ -323,11 +323,10 @@ class _Search:
         if key not in self._layer_best:
             model = self.model
             kinds = [k for k in model.kinds if k.tp <= key[1]] or list(model.kinds)
+            rows = {model.layer_compute(k.device, k.tp, mbs) for k in kinds}
             prefix = [0.0]
-            for i in range(model.blocks + 2):
-                prefix.append(
-                    prefix[-1] + min(model.stage_time(k.index, mbs, i, i + 1)[0] for k in kinds)
-                )
+            for least in map(min, *rows) if len(rows) > 1 else next(iter(rows)):
+                prefix.append(prefix[-1] + least)
             self._layer_best[key] = prefix
         return self._layer_best[key]
 
@@ -344,20 +343,16 @@ class _Search:
         if mbs not in self._work:
             model = self.model
             n = model.blocks + 2
-            per_pool = [
-                [
-                    min(
-                        (
-                            k.tp * model.stage_time(k.index, mbs, i, i + 1)[0]
-                            for k in model.kinds
-                            if k.pool == slot.index
-                        ),
-                        default=float("inf"),
-                    )
-                    for i in range(n)
+            per_pool = []
+            for slot in model.pools:
+                rows = [
+                    [k.tp * t for t in model.layer_compute(k.device, k.tp, mbs)]
+                    for k in model.kinds
+                    if k.pool == slot.index
                 ]
-                for slot in model.pools
-            ]
+                per_pool.append(
+                    [min(col) for col in zip(*rows, strict=True)] if rows else [math.inf] * n
+                )
             least = [min(pool[i] for pool in per_pool) for i in range(n)]
             prefix = [0.0]
             for value in least:
@@ -521,29 +516,26 @@ class _Search:
         throughput = self.objective == "max_throughput"
         unit = stages * self._min_tp * self._cheapest
         floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
-        # the terms depend on D only through the largest affordable TP degree
-        fixed: dict[int, tuple[float, float, float]] = {}
         bounds = []
         degrees = self._tp_degrees
         incumbent = self.bound()
+        devices, reserved = self.total_devices, (stages - 1) * self._min_tp
+        # the terms depend on D only through the largest affordable TP degree (`affordable_tp`),
+        # which never grows with D: recomputed only when it falls below the current one
+        cap = -1
+        fill = static = per_dp = 0.0
         for dp in range(1, last + 1):
-            max_tp = self.affordable_tp(stages, dp)
-            cap = 0
-            for tp in degrees:
-                if tp <= max_tp:
-                    cap = tp
-            terms = fixed.get(cap)
-            if terms is None:
+            max_tp = (devices - reserved * dp) // dp
+            if max_tp < cap or cap < 0:
+                cap = max((tp for tp in degrees if tp <= max_tp), default=0)
                 fill, worst_layer, work, free = self._terms(mbs, max_tp)
                 static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
-                terms = (fill, static, work / free if free > 0 else 0.0)
-                fixed[cap] = terms
-            fill, static, per_dp = terms
+                per_dp = work / free if free > 0 else 0.0
             straggler = per_dp * dp if per_dp * dp > static else static
             slots = -(-total // dp)
-            # every pipeline's devices are paid for ceil(T / D) microbatches' work
-            paid = floor * (slots * dp / total)
             t = fill + (slots - 1) * straggler
+            # every pipeline's devices are paid for ceil(T / D) microbatches' work
+            paid = floor * (slots * dp / total) if floor else 0.0
             # already beaten without the sync: a weaker bound will do, and saves the rings
             early = (
                 t
@@ -609,15 +601,14 @@ class _Search:
         cost = self._work_costs.get(mbs)
         if cost is None:
             model = self.model
-            per_layer = [
-                min(
-                    k.tp
-                    * model.stage_time(k.index, mbs, i, i + 1)[0]
-                    * model.pools[k.pool].pool.price
-                    for k in model.kinds
-                )
-                for i in range(model.blocks + 2)
+            rows = [
+                [
+                    k.tp * t * model.pools[k.pool].pool.price
+                    for t in model.layer_compute(k.device, k.tp, mbs)
+                ]
+                for k in model.kinds
             ]
+            per_layer = [min(col) for col in zip(*rows, strict=True)]
             cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer)
         return cost
 
@@ -1591,17 +1582,19 @@ class _Search:
         """The largest end layer in (first, last_end] whose stage from `first` runs within
         `budget` seconds on `kind` and fits its memory, or `first` if none does. The bisect
         on the prefix sums is checked against `stage_time` itself, so rounding in the
-        prefix sums never changes the answer."""
+        prefix sums never changes the answer. Time and memory both grow with the end, so
+        memory is looked up only when the end the time allows does not fit: one check
+        instead of a binary search in most calls."""
         stage_time = self.model.stage_time
         prefix = self._time_prefix(kind, mbs)
-        end = min(last_end, self._memory_end(kind, mbs, first, dp, flight))
-        end = max(first, min(end, bisect_right(prefix, prefix[first] + budget, first, end + 1) - 1))
+        end = max(first, bisect_right(prefix, prefix[first] + budget, first, last_end + 1) - 1)
         while end > first and stage_time(kind, mbs, first, end)[0] > budget:
             end -= 1
-        cap = min(last_end, self._memory_end(kind, mbs, first, dp, flight))
-        while end < cap and stage_time(kind, mbs, first, end + 1)[0] <= budget:
+        while end < last_end and stage_time(kind, mbs, first, end + 1)[0] <= budget:
             end += 1
-        return end
+        if end == first or self.model.fits(kind, mbs, first, end, dp, flight):
+            return end
+        return self._memory_end(kind, mbs, first, dp, flight)
 
     def min_max_split(
         self,
