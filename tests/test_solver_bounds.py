@@ -345,3 +345,24 @@ def test_the_ring_frontier_on_random_specs(seed: int) -> None:
     fast = [searcher._sync_terms(dp) for dp in range(2, 40)]
     searcher._frontier = searcher._distinct_rings()
     assert fast == [searcher._sync_terms(dp) for dp in range(2, 40)]
+
+
+@pytest.mark.parametrize("name", ["opt350m-5zones", "opt350m-budget"])
+def test_stage_rings_read_one_pair_per_distinct_ring(name: str) -> None:
+    """`_stage_ring` takes the worst ring over one representative pair of kinds per
+    distinct link (`_ring_representatives`): it must equal the worst over every pair, and
+    read fewer pairs where an option spans zones (five zones: 2 of 10 for us-central1's
+    region-wide options)."""
+    report = check_file(BENCH / f"{name}.yaml")
+    assert report.spec is not None
+    model = PlanningModel(report.spec)
+    searcher = _Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
+    fewer = 0
+    for option in searcher.stage_options():
+        every = [(a, b) for x, a in enumerate(option) for b in option[x:]]
+        fewer += len(searcher._ring_representatives(option)) < len(every)
+        for dp in (2, 7, 64):
+            for stage in ((0, 1, False, False), (0, 3, True, False), (0, 24, True, True)):
+                worst = max(model.ring(a, b, stage, dp) for a, b in every)
+                assert searcher._stage_ring(option, dp, stage) == worst
+    assert fewer > 0

@@ -234,3 +234,31 @@ def test_the_memory_cap_cuts_shapes_and_keeps_the_optimum(monkeypatch: pytest.Mo
     value = search(model, options).candidates[0].value
     monkeypatch.setattr(StageCover, "most_pipelines", lambda self, mbs, stages, last: last)
     assert search(model, options).candidates[0].value == value
+
+
+@pytest.mark.parametrize("name", ["opt350m-5zones", "gptneo-128a100"])
+def test_one_kind_per_tp_degree_gives_the_same_answers(name: str) -> None:
+    """With one device type the check and the memory cap read one kind per TP degree
+    (`StageCover._distinct`): pools of one device run and hold the same and weigh the same
+    in raw devices. Their answers must equal those over every kind, on five zones of A100
+    (20 kinds, 4 degrees) and on one pool."""
+    report = check_file(BENCH / f"{name}.yaml")
+    assert report.spec is not None
+    model = PlanningModel(report.spec)
+    fast = _Search(model, SearchOptions())._cover
+    full = _Search(model, SearchOptions())._cover
+    full._distinct_kinds = list(range(len(model.kinds)))
+    assert len(fast._distinct_kinds) == len({k.tp for k in model.kinds})
+    rng = random.Random(7)
+    answers = set()
+    for mbs in model.microbatch_sizes()[:3]:
+        whole = model.stage_time(0, mbs, 0, model.blocks + 2)[0]
+        for stages in (1, 2, 3, 5, 8):
+            assert fast.most_pipelines(mbs, stages, 400) == full.most_pipelines(mbs, stages, 400)
+            for _ in range(12):
+                dp = rng.randint(1, 160)
+                ceiling = whole * rng.uniform(0.02, 1.2)
+                answer = fast.may_run_under(mbs, stages, dp, ceiling)
+                assert answer == full.may_run_under(mbs, stages, dp, ceiling)
+                answers.add(answer)
+    assert answers == {True, False}

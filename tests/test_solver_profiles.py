@@ -474,7 +474,8 @@ def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
                     for stages in range(1, 3 * searcher.model.blocks)
                     if searcher._run_lengths(slow, fast, stages, dp)
                 ]
-                most = searcher._most_stages(slow, fast, dp)
+                sizes = searcher._pair_sizes(slow, fast)
+                most = search_module._most_stages(dp, slow == fast, sizes)
                 assert all(stages <= most for stages in feasible), (slow, fast, dp)
                 if feasible:
                     assert feasible == list(range(feasible[0], feasible[-1] + 1))

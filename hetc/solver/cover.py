@@ -75,6 +75,8 @@ class StageCover:
         self._reach_rows: dict[tuple[int, int, int, int], list[int]] = {}
         self.one_device = len({slot.pool.device for slot in model.pools}) == 1
         """Whether every pool holds the same device type (one weighting, raw devices)."""
+        self._distinct_kinds = self._distinct()
+        self._restricted: dict[int, list[tuple[float, list[float], list[int]]]] = {}
         self._hulls: dict[
             tuple[int, ...], tuple[float, int, list[tuple[float, float, int]]] | None
         ] = {}
@@ -108,6 +110,33 @@ class StageCover:
         ]
         self._weightings[mbs] = cached
         return cached
+
+    def _distinct(self) -> list[int]:
+        """The kinds the check and the memory cap read: with one device type, one per TP
+        degree (pools of one device run the same times, hold the same blocks and, in raw
+        devices, weigh the same, so their points of the cover coincide: five zones of A100
+        have 20 kinds and 4 TP degrees); otherwise every kind."""
+        kinds = self.model.kinds
+        if not self.one_device:
+            return list(range(len(kinds)))
+        first: dict[int, int] = {}
+        for k in kinds:
+            first.setdefault(k.tp, k.index)
+        return sorted(first.values())
+
+    def _distinct_weightings(self, mbs: int) -> list[tuple[float, list[float], list[int]]]:
+        """`weightings` restricted to `_distinct`'s kinds, cached."""
+        kinds = self._distinct_kinds
+        if len(kinds) == len(self.model.kinds):
+            return self.weightings(mbs)
+        restricted = self._restricted.get(mbs)
+        if restricted is None:
+            restricted = []
+            for there, weight, _ in self.weightings(mbs):
+                mine = [weight[k] for k in kinds]
+                restricted.append((there, mine, sorted(range(len(mine)), key=mine.__getitem__)))
+            self._restricted[mbs] = restricted
+        return restricted
 
     def class_times(self, mbs: int, kind: int) -> tuple[list[float], ...]:
         """Forward + backward time of b = 1..L blocks on `kind`, as the first stage (with the
@@ -145,9 +174,10 @@ class StageCover:
         if steps is None:
             model = self.model
             whole = model.blocks + 2
+            kinds = self._distinct_kinds
             steps = sorted(
-                {t for k in range(len(model.kinds)) for ts in self.class_times(mbs, k) for t in ts}
-                | {model.stage_time(k, mbs, 0, whole)[0] for k in range(len(model.kinds))}
+                {t for k in kinds for ts in self.class_times(mbs, k) for t in ts}
+                | {model.stage_time(k, mbs, 0, whole)[0] for k in kinds}
             )
             self._step_lists[mbs] = steps
         return steps
@@ -157,7 +187,7 @@ class StageCover:
         first stage, the middle ones and the last."""
         most = self.model.blocks - stages + 1
         reach: list[list[int]] = [[], [], []]
-        for k in range(len(self.model.kinds)):
+        for k in self._distinct_kinds:
             for at, times in enumerate(self.class_times(mbs, k)):
                 b = bisect_right(times, limit)
                 reach[at].append(b if b < most else most)
@@ -195,7 +225,7 @@ class StageCover:
         key = (mbs, at, flight, dp)
         row = self._reach_rows.get(key)
         if row is None:
-            row = [self.memory_reach(mbs, k, at, flight, dp) for k in range(len(self.model.kinds))]
+            row = [self.memory_reach(mbs, k, at, flight, dp) for k in self._distinct_kinds]
             self._reach_rows[key] = row
         return row
 
@@ -212,9 +242,11 @@ class StageCover:
         model = self.model
         blocks = model.blocks
         lenient = 1 << (model.batch // mbs - 1).bit_length()
-        kinds = range(len(model.kinds))
         if stages == 1:
-            whole = [blocks if model.fits(k, mbs, 0, blocks + 2, lenient, 1) else 0 for k in kinds]
+            whole = [
+                blocks if model.fits(k, mbs, 0, blocks + 2, lenient, 1) else 0
+                for k in self._distinct_kinds
+            ]
             positions = [(1, whole)]
         else:
             most = blocks - stages + 1
@@ -229,7 +261,7 @@ class StageCover:
                 (count, [min(most, r) for r in self._reach_row(mbs, at, flight, lenient)])
                 for (at, flight), count in groups.items()
             ]
-        for index, (there, weight, order) in enumerate(self.weightings(mbs)):
+        for index, (there, weight, order) in enumerate(self._distinct_weightings(mbs)):
             need = least_cover(
                 [(n, self._hull(mbs, index, r, weight, order)) for n, r in positions], blocks
             )
@@ -254,13 +286,13 @@ class StageCover:
             if stages == 1:
                 whole = [
                     blocks if model.stage_time(k, mbs, 0, blocks + 2)[0] <= limit else 0
-                    for k in range(len(model.kinds))
+                    for k in self._distinct_kinds
                 ]
                 cached = self._covers[key] = ([(1, whole)], [])
             else:
                 cached = self._covers[key] = (self._positions(mbs, stages, limit), [])
         positions, covers = cached
-        for at, (there, weight, order) in enumerate(self.weightings(mbs)):
+        for at, (there, weight, order) in enumerate(self._distinct_weightings(mbs)):
             if at == len(covers):
                 covers.append(
                     least_cover(

@@ -235,7 +235,28 @@ class _Pair(NamedTuple):
     ring_egress_fast: float
     most_stages: int
     """At least the most stages of D replicas a profile over the two fits in the quotas
-    (`_Search._most_stages`)."""
+    (`_most_stages`)."""
+
+
+def _most_stages(dp: int, same: bool, sizes: tuple[int, int, int, int, int]) -> int:
+    """At least the largest P for which `_Search._run_lengths` has some n, from the pair's
+    `_Search._pair_sizes`: its conditions at the n that favours each (n stages of the slow
+    option and P - n of the fast one fit their pools, so P <= S_slow + S_fast;
+    n (w_slow - w_fast) + P w_fast <= both, least at n = 1 or n = P - 1), with w = D x TP.
+    Feasibility only shrinks as P grows, so a shape of more stages than this has no
+    profile over the pair. A function of plain numbers: the pair tables call it for every
+    row at every (m, D)."""
+    tp_slow, tp_fast, room_slow, room_fast, both = sizes
+    width_slow, width_fast = dp * tp_slow, dp * tp_fast
+    if same:
+        return room_slow // width_slow
+    if room_slow < width_slow:
+        return 0
+    slope = width_slow - width_fast
+    return min(
+        room_slow // width_slow + room_fast // width_fast,
+        (both - slope) // width_fast if slope >= 0 else (both + slope) // width_slow,
+    )
 
 
 class _Search:
@@ -307,6 +328,8 @@ class _Search:
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._pair_tables: dict[tuple[int, int, bool], list[_Pair]] = {}
         self._pair_constants: dict[int, list[_Pair]] = {}
+        self._sized_rows: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
+        self._ring_reps: dict[Option, list[tuple[int, int]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[tuple[Option, int], int] = {}
@@ -1151,20 +1174,41 @@ class _Search:
             hosts = self._hosts(mbs, dp)
             at_dp = {o: (self._block_ring(o, dp), self._block_egress(o, dp)) for o in hosts}
             pairs = []
-            for row in self._pair_rows(mbs):
-                slow, fast = row.slow, row.fast
-                if slow in at_dp and fast in at_dp:
-                    most = self._most_stages(slow, fast, dp)
-                    if most:
-                        (ring_s, egress_s), (ring_f, egress_f) = at_dp[slow], at_dp[fast]
-                        dp_part = (ring_s, ring_f, egress_s, egress_f, most)
-                        pairs.append(_Pair._make(row[:14] + dp_part))
+            make = tuple.__new__
+            for row, sizes in self._pair_rows_sized(mbs):
+                slow, fast = row[0], row[1]
+                part_s, part_f = at_dp.get(slow), at_dp.get(fast)
+                if part_s is None or part_f is None:
+                    continue
+                most = _most_stages(dp, slow == fast, sizes)
+                if most:
+                    dp_part = (part_s[0], part_f[0], part_s[1], part_f[1], most)
+                    pairs.append(make(_Pair, row[:14] + dp_part))
             if self.objective == "min_cost":
                 pairs.sort(key=lambda row: row.share * row.per_pass)
             else:
                 pairs.sort(key=lambda row: -row.most_stages)
             self._pair_tables[key] = pairs
         return pairs
+
+    def _pair_rows_sized(self, mbs: int) -> list[tuple[_Pair, tuple[int, int, int, int, int]]]:
+        """`_pair_rows`, each with its `_pair_sizes`: the tables of `_pairs` are rebuilt
+        for every (m, D) from these."""
+        sized = self._sized_rows.get(mbs)
+        if sized is None:
+            sized = [(row, self._pair_sizes(row.slow, row.fast)) for row in self._pair_rows(mbs)]
+            self._sized_rows[mbs] = sized
+        return sized
+
+    def _pair_sizes(self, slow: Option, fast: Option) -> tuple[int, int, int, int, int]:
+        """What `_most_stages` reads of a pair of options: (TP slow, TP fast, the devices
+        the slow option's pools hold, the fast one's, both together), each within
+        max_gpus where one option is both (`_option_stages`, `_rooms`)."""
+        kinds = self.model.kinds
+        room_s, room_f, both = self._rooms(slow, fast)
+        if slow == fast:
+            room_s = min(room_s, self.total_devices)
+        return kinds[slow[0]].tp, kinds[fast[0]].tp, room_s, room_f, both
 
     def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
@@ -1379,9 +1423,27 @@ class _Search:
         ring = self._stage_rings.get(key)
         if ring is None:
             ring = self._stage_rings[key] = max(
-                self.model.ring(a, b, stage, dp) for x, a in enumerate(option) for b in option[x:]
+                self.model.ring(a, b, stage, dp) for a, b in self._ring_representatives(option)
             )
         return ring
+
+    def _ring_representatives(self, option: Option) -> list[tuple[int, int]]:
+        """One pair of the option's kinds (a kind with itself included) per distinct ring:
+        a ring depends on two kinds only through their link, its flows and the bytes per
+        rank (`_distinct_rings`), so a region-wide option over four zones has two (within a
+        zone, across zones), not ten."""
+        reps = self._ring_reps.get(option)
+        if reps is None:
+            model = self.model
+            seen: dict[tuple[object, ...], tuple[int, int]] = {}
+            for x, a in enumerate(option):
+                for b in option[x:]:
+                    ka, kb = model.kinds[a], model.kinds[b]
+                    flows = max(ka.tp, kb.tp)
+                    link = model.measured_link(ka.pool, kb.pool, flows)
+                    seen.setdefault((link, flows, min(ka.tp, kb.tp)), (a, b))
+            reps = self._ring_reps[option] = list(seen.values())
+        return reps
 
     def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
         """The largest straggler period with which a candidate of iteration time at least
@@ -1491,25 +1553,6 @@ class _Search:
             )
             self._pair_rooms[slow, fast] = rooms
         return rooms
-
-    def _most_stages(self, slow: Option, fast: Option, dp: int) -> int:
-        """At least the largest P for which `_run_lengths` has some n: its conditions at
-        the n that favours each (n stages of the slow option and P - n of the fast one fit
-        their pools, so P <= S_slow + S_fast; n (w_slow - w_fast) + P w_fast <= both, least
-        at n = 1 or n = P - 1), with w = D x TP. Feasibility only shrinks as P grows, so a
-        shape of more stages than this has no profile over the pair."""
-        if slow == fast:
-            return self._option_stages(slow, dp)
-        kinds = self.model.kinds
-        width_slow, width_fast = dp * kinds[slow[0]].tp, dp * kinds[fast[0]].tp
-        room_slow, room_fast, both = self._rooms(slow, fast)
-        if room_slow < width_slow:
-            return 0
-        slope = width_slow - width_fast
-        return min(
-            room_slow // width_slow + room_fast // width_fast,
-            (both - slope) // width_fast if slope >= 0 else (both + slope) // width_slow,
-        )
 
     def _run_lengths(
         self, slow: tuple[int, ...], fast: tuple[int, ...], stages: int, dp: int
