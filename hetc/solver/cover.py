@@ -204,10 +204,13 @@ class StageCover:
         if reach is None:
             fits = self.model.fits
             blocks = self.model.blocks
-            reach = 0
+            # more in flight holds no more blocks: twice as many bound it from below, half
+            # as many from above, where already known (the cap's flights are powers of two)
+            reach = self._memory.get((*key[:4], 2 * flight, dp), 0)
+            most = self._memory.get((*key[:4], flight // 2, dp), blocks) if flight > 1 else blocks
             for x in self._starts(1) if at == 1 else (None,):
                 # the most blocks from layer x (a middle stage ends before the head)
-                lo, hi = reach, blocks if x is None else blocks + 1 - x
+                lo, hi = reach, min(most, blocks if x is None else blocks + 1 - x)
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
                     first, end = _layers(at, mid, blocks) if x is None else (x, x + mid)

@@ -329,6 +329,7 @@ class _Search:
         self._pair_tables: dict[tuple[int, int, bool], list[_Pair]] = {}
         self._pair_constants: dict[int, list[_Pair]] = {}
         self._sized_rows: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
+        self._pass_sum_lists: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         self._ring_reps: dict[Option, list[tuple[int, int]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
@@ -1623,6 +1624,16 @@ class _Search:
             self._time_prefixes[key] = prefix
         return prefix
 
+    def _pass_sums(self, kind: int, mbs: int) -> tuple[list[float], list[float]]:
+        """The forward and backward prefix sums of `kind`'s tables at `mbs`, by kind."""
+        key = (kind, mbs)
+        sums = self._pass_sum_lists.get(key)
+        if sums is None:
+            k = self.model.kinds[kind]
+            t = self.model.tables(k.device, k.tp, mbs)
+            sums = self._pass_sum_lists[key] = (t.forward, t.backward)
+        return sums
+
     def _memory_end(self, kind: int, mbs: int, first: int, dp: int, flight: int) -> int:
         """The largest end layer e <= blocks (a stage before the last) for which layers
         [first, e) fit `kind`'s memory, or `first` if none does; memory grows with the layers
@@ -1651,12 +1662,15 @@ class _Search:
         prefix sums never changes the answer. Time and memory both grow with the end, so
         memory is looked up only when the end the time allows does not fit: one check
         instead of a binary search in most calls."""
-        stage_time = self.model.stage_time
         prefix = self._time_prefix(kind, mbs)
+        # `stage_time(kind, mbs, first, e)[0]` is (F[e] - F[first]) + (B[e] - B[first]) over
+        # the tables' forward and backward sums: the same arithmetic, without its cache
+        forward, backward = self._pass_sums(kind, mbs)
+        f0, b0 = forward[first], backward[first]
         end = max(first, bisect_right(prefix, prefix[first] + budget, first, last_end + 1) - 1)
-        while end > first and stage_time(kind, mbs, first, end)[0] > budget:
+        while end > first and (forward[end] - f0) + (backward[end] - b0) > budget:
             end -= 1
-        while end < last_end and stage_time(kind, mbs, first, end + 1)[0] <= budget:
+        while end < last_end and (forward[end + 1] - f0) + (backward[end + 1] - b0) <= budget:
             end += 1
         if end == first or self.model.fits(kind, mbs, first, end, dp, flight):
             return end
