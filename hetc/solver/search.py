@@ -329,6 +329,9 @@ class _Search:
         self._pair_tables: dict[tuple[int, int, bool], list[_Pair]] = {}
         self._pair_constants: dict[int, list[_Pair]] = {}
         self._sized_rows: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
+        self._all_share: dict[int, float] = {}
+        """`_work_share` of every option, by microbatch size."""
+        self._host_windows: dict[tuple[int, int, int], float] = {}
         self._pass_sum_lists: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         self._ring_reps: dict[Option, list[tuple[int, int]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
@@ -1042,8 +1045,10 @@ class _Search:
             return
         largest = -(-model.blocks // stages)
         most = self._most_capacity(mbs, stages, dp)
-        share = self._work_share(tuple(speed), mbs)
-        narrowest = min(self._window(o, mbs, largest) for o in hosts)
+        share = self._all_share.get(mbs)
+        if share is None:
+            share = self._all_share[mbs] = self._work_share(tuple(speed), mbs)
+        narrowest = self._host_window(mbs, dp, largest)
         if most > 0:
             narrowest = max(narrowest, share / most)
         if throughput and fill_lb + m1 * narrowest + sync_lb > bound:
@@ -1326,6 +1331,17 @@ class _Search:
             last = self.model.blocks + 1
             window = min(prefix[i + blocks] - prefix[i] for i in range(1, last - blocks + 1))
             self._windows[key] = window
+        return window
+
+    def _host_window(self, mbs: int, dp: int, blocks: int) -> float:
+        """The least `_window` of `blocks` blocks over the options that host a stage at D
+        (`_hosts`), cached: every shape of (m, D) with as many blocks in its largest
+        stage asks for it."""
+        key = (mbs, dp, blocks)
+        window = self._host_windows.get(key)
+        if window is None:
+            window = min(self._window(o, mbs, blocks) for o in self._hosts(mbs, dp))
+            self._host_windows[key] = window
         return window
 
     def _pair_fill(self, options: Sequence[Option], mbs: int) -> float:
