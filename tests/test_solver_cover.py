@@ -262,3 +262,12 @@ def test_one_kind_per_tp_degree_gives_the_same_answers(name: str) -> None:
                 assert answer == full.may_run_under(mbs, stages, dp, ceiling)
                 answers.add(answer)
     assert answers == {True, False}
+
+
+def test_last_true_is_the_last_value_that_holds() -> None:
+    """Against a scan: the largest v in (lo, hi] that holds, else lo."""
+    for lo in range(0, 6):
+        for hi in range(lo, 12):
+            for point in range(-1, 13):
+                expected = max([v for v in range(lo + 1, hi + 1) if v <= point], default=lo)
+                assert cover.last_true(lo, hi, lambda v, p=point: v <= p) == expected

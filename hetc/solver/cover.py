@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import pairwise
 
 from hetc.costmodel.planning import PlanningModel
@@ -202,7 +203,6 @@ class StageCover:
         key = (mbs, replica.device, replica.tp, at, flight, dp)
         reach = self._memory.get(key)
         if reach is None:
-            fits = self.model.fits
             blocks = self.model.blocks
             # more in flight holds no more blocks: twice as many bound it from below, half
             # as many from above, where already known (the cap's flights are powers of two)
@@ -210,17 +210,20 @@ class StageCover:
             most = self._memory.get((*key[:4], flight // 2, dp), blocks) if flight > 1 else blocks
             for x in self._starts(1) if at == 1 else (None,):
                 # the most blocks from layer x (a middle stage ends before the head)
-                lo, hi = reach, min(most, blocks if x is None else blocks + 1 - x)
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    first, end = _layers(at, mid, blocks) if x is None else (x, x + mid)
-                    if fits(kind, mbs, first, end, dp, flight):
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                reach = lo
+                top = min(most, blocks if x is None else blocks + 1 - x)
+                reach = last_true(reach, top, partial(self._holds, kind, mbs, at, x, dp, flight))
             self._memory[key] = reach
         return reach
+
+    def _holds(
+        self, kind: int, mbs: int, at: int, start: int | None, dp: int, flight: int, count: int
+    ) -> bool:
+        """Whether `kind` holds `count` blocks in memory at position `at` (`memory_reach`):
+        from layer `start` for a middle stage, else as the first or last stage."""
+        first, end = (
+            _layers(at, count, self.model.blocks) if start is None else (start, start + count)
+        )
+        return self.model.fits(kind, mbs, first, end, dp, flight)
 
     def _reach_row(self, mbs: int, at: int, flight: int, dp: int) -> list[int]:
         """`memory_reach` of every kind, cached as a row: the memory cap asks for the same
@@ -315,6 +318,19 @@ class StageCover:
         if key not in self._hulls:
             self._hulls[key] = class_hull(reach, weight, order)
         return self._hulls[key]
+
+
+def last_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
+    """The largest v in (lo, hi] for which `holds(v)`, else `lo`, where `holds` is true up
+    to some point and false after it (memory grows with the blocks a stage holds): a
+    binary search, as the memory cap and the search's stage ends both need."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _layers(at: int, blocks: int, total: int) -> tuple[int, int]:

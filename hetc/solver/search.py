@@ -94,7 +94,7 @@ from typing import NamedTuple
 
 from hetc.costmodel.network import FLAT, effective_bandwidth
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
-from hetc.solver.cover import StageCover
+from hetc.solver.cover import StageCover, last_true
 
 __all__ = [
     "APPROXIMATIONS",
@@ -1658,14 +1658,9 @@ class _Search:
         end = self._memory_ends.get(key)
         if end is None:
             fits = self.model.fits
-            lo, hi = first, self.model.blocks
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if fits(kind, mbs, first, mid, dp, flight):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            end = lo
+            end = last_true(
+                first, self.model.blocks, lambda e: fits(kind, mbs, first, e, dp, flight)
+            )
             self._memory_ends[key] = end
         return end
 
