@@ -75,6 +75,38 @@ TWINS = ZONES.replace(
 """Zones a and b identical (mirror images of each other, `_Search._zone_swaps`), c apart."""
 
 
+def _one_pool_zones(name: str, zones: list[tuple[str, str, int, str]]) -> str:
+    """ZONES' model and network over zones of one A100 pool each: (zone, region, quota,
+    price per hour)."""
+    lines = "".join(
+        f"  - {{name: {zone}, region: {region}, pools: [{{device: A100-40GB, quota: {quota},"
+        f" gpus_per_node: 4, price: {price} USD/h}}]}}\n"
+        for zone, region, quota, price in zones
+    )
+    head, rest = ZONES.split("zones:\n")
+    return (
+        head.replace("name: zones", f"name: {name}")
+        + "zones:\n"
+        + lines
+        + "network:\n"
+        + (rest.split("network:\n")[1])
+    )
+
+
+STRIPES = _one_pool_zones(
+    "stripes",
+    [("a", "r1", 8, "3.67"), ("b", "r1", 8, "3.67"), ("c", "r1", 8, "3.0"), ("d", "r1", 4, "3.0")],
+)
+"""Four small zones of one region: two options inside a zone hold 16 devices, so wider
+profiles must ring across zones on a region-wide option (`_Search._zone_rings`)."""
+
+REGIONS = _one_pool_zones(
+    "regions", [(region + zone, region, 4, "3.67") for region in ("r1", "r2") for zone in "abcd"]
+)
+"""Two regions of four one-node zones: profiles over both regions' region-wide options, or
+over the wider TP of one, avoid the largest ring across zones."""
+
+
 def _spec(text: str) -> Spec:
     report = check_text(text, "case.yaml")
     assert report.spec is not None, report
@@ -101,6 +133,9 @@ def _cases() -> list[tuple[str, Spec]]:
         ("twins, fastest", _zones("max_throughput", text=TWINS)),
         ("twins, budget", _zones("max_throughput", f"constraints: {{{BUDGET}}}\n", TWINS)),
         ("twins, floor", _zones("min_cost", "constraints: {min_throughput: 9}\n", TWINS)),
+        ("stripes, fastest", _zones("max_throughput", text=STRIPES)),
+        ("stripes, budget", _zones("max_throughput", f"constraints: {{{BUDGET}}}\n", STRIPES)),
+        ("regions, fastest", _zones("max_throughput", text=REGIONS)),
     ]
     return cases
 
@@ -505,3 +540,31 @@ def test_end_rings_are_below_the_first_and_last_stages_rings() -> None:
                     option, dp, stages, True
                 ) > searcher._block_ring(option, dp)
     assert stronger
+
+
+def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
+    """`_zone_rings` is at most the one-block ring of some option of every profile that
+    fits the quotas (the widest ring a profile pays is at least that), and is above 0
+    on some shapes that have such profiles, which the search then prices before reading
+    any pair."""
+    binding = 0
+    specs = [_zones("max_throughput", text=t) for t in (STRIPES, REGIONS, ZONES)]
+    for spec in specs + [_case(seed) for seed in SEEDS]:
+        searcher = search_module._Search(
+            PlanningModel(spec), SearchOptions(approximations=PROFILES)
+        )
+        options = searcher.stage_options()
+        for stages in range(1, searcher.model.blocks + 1):
+            for dp in range(1, searcher.total_devices // stages + 1):
+                floor = searcher._zone_rings(stages, dp)
+                paid = [
+                    max(
+                        searcher._block_ring(o, dp)
+                        for o in ((slow,) if n == stages else (slow, fast))
+                    )
+                    for slow, fast in itertools.combinations_with_replacement(options, 2)
+                    for n in searcher._run_lengths(slow, fast, stages, dp)
+                ]
+                assert all(floor <= ring * (1 + 1e-12) for ring in paid), (stages, dp)
+                binding += 0 < floor < math.inf and bool(paid)
+    assert binding

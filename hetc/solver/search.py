@@ -54,10 +54,13 @@ the pools they draw from (`_run_lengths`), cut further in closed form by the inc
 (`_within`); feasibility only shrinks as P grows, so a shape reads the pairs listed by the
 most stages they may fit and stops at the first that cannot fit it (for min_cost, listed by
 their least cost per pass, it stops at the first whose cost floor exceeds the incumbent).
-Per profile, the bound adds its own sends both ways, the ring of its widest stage and of its
-first and last stage (`_end_ring`), its egress and its least rental rate; profiles are then
-split and scored in order of that bound. The split first tries the largest straggler that
-could still win (`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of
+Where P x D devices cannot stay inside two zones, every profile has an option spanning
+zones, and its stages ring across them: the shape's bound adds the least such ring an
+option that fits the shape pays (`_zone_rings`). Per profile, the bound adds its own sends
+both ways, the ring of its widest stage and of its first and last stage (`_end_ring`), its
+egress and its least rental rate; profiles are then split and scored in order of that
+bound. The split first tries the largest straggler that could still win
+(`_straggler_ceiling`): one greedy fill rejects most profiles. Of a pair of
 options and its mirror image under a swap of two identical zones, only the earlier is
 searched (`_zone_swaps`): the two score the same; with `must_use`, only pairs drawing on
 every forced pool (`_may_use_forced`). Before the profiles, plans outside their space seed
@@ -332,6 +335,8 @@ class _Search:
         self._all_share: dict[int, float] = {}
         """`_work_share` of every option, by microbatch size."""
         self._host_windows: dict[tuple[int, int, int], float] = {}
+        self._crossing_rings: dict[int, list[tuple[float, int]]] = {}
+        self._zone_options: tuple[int, int, list[Option], list[Option]] | None = None
         self._pass_sum_lists: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         self._ring_reps: dict[Option, list[tuple[int, int]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
@@ -680,14 +685,24 @@ class _Search:
         that cannot beat the incumbent. Each (m, P) enters as one entry under its group
         bound (`_groups`) and is listed shape by shape only when popped: its group bound is
         at most each of its shapes' bounds and pops first on a tie, so the order is that of
-        the full sorted list, but groups the incumbent beats are never listed."""
+        the full sorted list, but groups the incumbent beats are never listed. Under
+        `kind-profiles` for max_throughput, a shape popped the first time goes back with
+        the ring its profiles must pay across zones added (`_ring_excess`), if any; shapes
+        of one or two stages get it when listed, so the shallow pass picks by it."""
         queue: list[tuple[float, int, int, int, int]] = []
         shallow: list[tuple[float, int, int, int]] = []
+        zoned = "kind-profiles" in self.approx and self.objective == "max_throughput"
         for bound, mbs, stages in self._groups():
             if stages <= 2:
                 listed = self._listed(mbs, stages)
+                if zoned:
+                    bound = self.bound()
+                    listed = [
+                        (lb + self._ring_excess(p, d) if lb <= bound else lb, m, p, d)
+                        for lb, m, p, d in listed
+                    ]
                 shallow += listed
-                queue += [(lb, 1, m, p, d) for lb, m, p, d in listed]
+                queue += [(lb, 2, m, p, d) for lb, m, p, d in listed]
             else:
                 queue.append((bound, 0, mbs, stages, 0))
         shallow.sort()
@@ -703,6 +718,11 @@ class _Search:
                 for item in self._listed(mbs, stages):
                     heapq.heappush(queue, (item[0], 1, *item[1:]))
                 continue
+            if zoned and entry == 1:
+                excess = self._ring_excess(stages, dp)
+                if excess > 0:
+                    heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp))
+                    continue
             self._check_limits()
             self.shape(mbs, stages, dp)
 
@@ -761,6 +781,15 @@ class _Search:
         """(bound, m, P, D) for the shapes of (m, P) with a finite bound."""
         bounds = self._bounds_of(mbs, stages)
         return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf]
+
+    def _ring_excess(self, stages: int, dp: int) -> float:
+        """How far `_zone_rings` raises a shape's bound above its sync term: the shape
+        bound holds for the whole space, where stages may keep to a zone each, while every
+        profile of the shape pays at least that ring."""
+        ring = self._zone_rings(stages, dp)
+        if ring == 0.0:
+            return 0.0
+        return max(0.0, ring - self.sync_bound(stages, dp))
 
     def _bounds_of(self, mbs: int, stages: int) -> list[float]:
         """`shape_bounds` of (m, P) at every D, cached: the zone stripes and the main pass
@@ -1037,12 +1066,12 @@ class _Search:
         speed, _ = self._option_speeds(mbs)
         m1 = -(-(model.batch // mbs) // dp) - 1
         fill_lb = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
-        sync_lb = self.sync_bound(stages, dp)
         throughput = self.objective == "max_throughput"
         bound = self.bound()
         hosts = self._hosts(mbs, dp)
         if not hosts:
             return
+        sync_lb = max(self.sync_bound(stages, dp), self._zone_rings(stages, dp))
         largest = -(-model.blocks // stages)
         most = self._most_capacity(mbs, stages, dp)
         share = self._all_share.get(mbs)
@@ -1486,6 +1515,62 @@ class _Search:
             hosts = [o for o in self._option_speeds(mbs)[1] if self._option_stages(o, dp) >= 1]
             self._host_lists[key] = hosts
         return hosts
+
+    def _zone_rings(self, stages: int, dp: int) -> float:
+        """A ring every profile of P stages of D pipelines pays where the zones cannot keep
+        it whole: a profile needs P x D x TP devices, and two options each inside one zone
+        hold at most the two largest such options' devices (`_zone_split`); beyond that
+        one of its options spans zones, and each of that option's stages rings across them
+        on at least one block (`_block_ring`), however the split falls. Of the options
+        spanning zones, only those that can be in a profile of P stages count
+        (`_crossing_rows`). 0 where the zones may keep the profile; infinite where no
+        profile of P stages fits."""
+        room, tp, _, _ = self._zone_split()
+        if stages * dp * tp <= room:
+            return 0.0
+        rows = self._crossing_rings.get(dp)
+        if rows is None:
+            rows = self._crossing_rings[dp] = self._crossing_rows(dp)
+        for ring, most in rows:
+            if most >= stages:
+                return ring
+        return math.inf
+
+    def _crossing_rows(self, dp: int) -> list[tuple[float, int]]:
+        """For `_zone_rings` at D: per option spanning zones that hosts a stage, in order of
+        its one-block ring, the ring and the most stages a profile using it and no option of
+        higher ring holds: the stages its pools hold at D, plus those of the other option,
+        which is inside one zone or spans zones at no higher ring (pools two options share
+        are counted twice: an upper bound)."""
+        _, _, spanning, inside = self._zone_split()
+        local = max((self._option_stages(o, dp) for o in inside), default=0)
+        held = sorted(
+            (self._block_ring(o, dp), self._option_stages(o, dp))
+            for o in spanning
+            if self._option_stages(o, dp) >= 1
+        )
+        rows, best = [], local
+        for ring, own in held:
+            rows.append((ring, own + best))
+            best = max(best, own)
+        return rows
+
+    def _zone_split(self) -> tuple[int, int, list[Option], list[Option]]:
+        """For `_zone_rings`: the most devices two options inside one zone each hold
+        together (within max_gpus), the least TP of such an option, the options that span
+        zones and those that do not."""
+        if self._zone_options is None:
+            pools = self.model.pools
+            spanning: list[Option] = []
+            inside: list[Option] = []
+            for option in self.stage_options():
+                zones = {pools[p].zone.name for p in self._option_pools(option)}
+                (spanning if len(zones) > 1 else inside).append(option)
+            rooms = sorted(sum(self.capacity[p] for p in self._option_pools(o)) for o in inside)
+            room = min(sum(rooms[-2:]), self.total_devices)
+            tp = min((self.model.kinds[o[0]].tp for o in inside), default=1)
+            self._zone_options = (room, tp, spanning, inside)
+        return self._zone_options
 
     def _most_capacity(self, mbs: int, stages: int, dp: int) -> float:
         """An upper bound on sum_i 1 / speed_i over every profile of the shape: the
