@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from functools import cache
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from oracles.instances import binding_instance, random_instance
 
 from hetc.costmodel.planning import PlanningModel
 from hetc.schema import Spec, check_file, check_text
-from hetc.solver.search import SearchOptions, _Search
+from hetc.solver.search import SHALLOW_SHAPES, SearchOptions, _Search
 
 CROSSING = """\
 version: 1
@@ -366,3 +367,63 @@ def test_stage_rings_read_one_pair_per_distinct_ring(name: str) -> None:
                 worst = max(model.ring(a, b, stage, dp) for a, b in every)
                 assert searcher._stage_ring(option, dp, stage) == worst
     assert fewer > 0
+
+
+class _Recorder(_Search):
+    """Records the shapes in the order the search reaches them, searching none and keeping
+    no candidate: with no incumbent, every shape of finite bound is reached."""
+
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+        self.reached: list[tuple[int, int, int]] = []
+
+    def shape(self, mbs: int, stages: int, dp: int) -> float | None:
+        self.reached.append((mbs, stages, dp))
+        return None
+
+    def offer(self, candidate: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    ("text", "approximations"),
+    [
+        (CROSSING, frozenset()),
+        (CROSSING, frozenset({"kind-profiles"})),
+        (random_instance(3), frozenset({"kind-profiles"})),
+        (random_instance(19), frozenset({"kind-profiles"})),
+        (binding_instance(21), frozenset({"kind-profiles"})),
+        (random_instance(25), frozenset({"kind-profiles"})),
+    ],
+)
+def test_shallow_shapes_of_least_bound_come_first_then_every_shape_in_bound_order(
+    text: str, approximations: frozenset[str]
+) -> None:
+    """`_best_first` reaches first the `SHALLOW_SHAPES` shapes of one or two stages with the
+    least bound, then each other shape of finite bound once, in order of bound, though it
+    lists a group's shapes only when the group is reached. Under `kind-profiles` for
+    max_throughput a shape's bound includes the ring across zones its profiles must pay
+    (`_ring_excess`). The oracle lists every shape of every group up front."""
+    model = PlanningModel(_spec(text))
+    searcher = _Recorder(model, SearchOptions(approximations=approximations))
+    searcher.run()
+    zoned = "kind-profiles" in approximations and model.spec.objective == "max_throughput"
+    value: dict[tuple[int, int, int], float] = {}
+    for _, mbs, stages in searcher._groups():
+        for dp, bound in enumerate(searcher._bounds_of(mbs, stages), start=1):
+            if bound < math.inf:
+                excess = searcher._ring_excess(stages, dp) if zoned else 0.0
+                value[mbs, stages, dp] = bound + excess
+    reached = searcher.reached
+    assert len(reached) == len(set(reached)) and set(reached) == set(value)
+    first = min(SHALLOW_SHAPES, sum(1 for shape in value if shape[1] <= 2))
+    shallow, rest = reached[:first], reached[first:]
+    assert all(shape[1] <= 2 for shape in shallow)
+    assert max((value[s] for s in shallow), default=-math.inf) <= min(
+        (value[s] for s in value if s[1] <= 2 and s not in shallow), default=math.inf
+    )
+    for earlier, later in pairwise(shallow):
+        assert value[earlier] <= value[later]
+    for earlier, later in pairwise(rest):
+        assert value[earlier] <= value[later], (earlier, later)
+    assert rest

@@ -53,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from itertools import pairwise
+from operator import add, sub
 
 from hetc.catalog import ModelArchitecture
 from hetc.costmodel.compute import ComputeModel
@@ -305,7 +306,8 @@ class PlanningModel:
         one cached call per layer and kind."""
         t = self.tables(device, tp, microbatch)
         f, b = t.forward, t.backward
-        return tuple((f[i + 1] - f[i]) + (b[i + 1] - b[i]) for i in range(t.layers))
+        n = t.layers
+        return tuple(map(add, map(sub, f[1 : n + 1], f[:n]), map(sub, b[1 : n + 1], b[:n])))
 
     def _fits(self, kind: int, microbatch: int, first: int, end: int, dp: int, flight: int) -> bool:
         k = self.kinds[kind]

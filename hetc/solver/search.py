@@ -93,6 +93,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations, pairwise
+from operator import sub
 from typing import NamedTuple
 
 from hetc.costmodel.network import FLAT, effective_bandwidth
@@ -127,7 +128,7 @@ CUT_SLACK = 1 + 1e-9
 differently, so an exact tie must not end the scan one row early."""
 
 SHALLOW_SHAPES = 24
-"""Shapes of one or two stages searched before the others (see `_shallow_first`)."""
+"""Shapes of one or two stages searched before the others (see `_Search._best_first`)."""
 
 EXACT_COUNT_SPLITS = 20_000
 """Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
@@ -618,7 +619,7 @@ class _Search:
             prefix = self.layer_best(mbs, max_tp)
             terms = (
                 prefix[-1],
-                max(prefix[i + 1] - prefix[i] for i in range(len(prefix) - 1)),
+                max(map(sub, prefix[1:], prefix[:-1])),
                 self.device_work(mbs)[0][-1],
                 self.effective_devices(mbs, [0] * len(self.capacity)),
             )
@@ -687,44 +688,55 @@ class _Search:
         at most each of its shapes' bounds and pops first on a tie, so the order is that of
         the full sorted list, but groups the incumbent beats are never listed. Under
         `kind-profiles` for max_throughput, a shape popped the first time goes back with
-        the ring its profiles must pay across zones added (`_ring_excess`), if any; shapes
-        of one or two stages get it when listed, so the shallow pass picks by it."""
-        queue: list[tuple[float, int, int, int, int]] = []
-        shallow: list[tuple[float, int, int, int]] = []
-        zoned = "kind-profiles" in self.approx and self.objective == "max_throughput"
+        the ring its profiles must pay across zones added (`_ring_excess`), if any.
+
+        Shapes of one and two stages come first, the `SHALLOW_SHAPES` of least bound, in
+        the same way from a queue of their own: deep pipelines have the loosest bounds, so
+        an incumbent from a shallow one prunes most of them. The other shallow entries then
+        join the deep ones. A shape is searched once: searching it again later, against a
+        better incumbent, could only prune more."""
+        zoned = (
+            "kind-profiles" in self.approx
+            and self.objective == "max_throughput"
+            and bool(self._zone_split()[2])
+        )
+        shallow: list[tuple[float, int, int, int, int]] = []
+        deep: list[tuple[float, int, int, int, int]] = []
         for bound, mbs, stages in self._groups():
-            if stages <= 2:
-                listed = self._listed(mbs, stages)
-                if zoned:
-                    bound = self.bound()
-                    listed = [
-                        (lb + self._ring_excess(p, d) if lb <= bound else lb, m, p, d)
-                        for lb, m, p, d in listed
-                    ]
-                shallow += listed
-                queue += [(lb, 2, m, p, d) for lb, m, p, d in listed]
-            else:
-                queue.append((bound, 0, mbs, stages, 0))
-        shallow.sort()
-        for lb, mbs, stages, dp in self._shallow_first(shallow):
-            if lb > self.bound():
-                continue
-            self._check_limits()
-            self.shape(mbs, stages, dp)
+            (shallow if stages <= 2 else deep).append((bound, 0, mbs, stages, 0))
+        heapq.heapify(shallow)
+        searched = 0
+        while searched < SHALLOW_SHAPES and shallow and shallow[0][0] <= self.bound():
+            popped = self._pop_shape(shallow, zoned)
+            if popped is not None:
+                searched += 1
+                self._check_limits()
+                self.shape(*popped)
+        queue = shallow + deep
         heapq.heapify(queue)
         while queue and queue[0][0] <= self.bound():
-            lb, entry, mbs, stages, dp = heapq.heappop(queue)
-            if entry == 0:
-                for item in self._listed(mbs, stages):
-                    heapq.heappush(queue, (item[0], 1, *item[1:]))
-                continue
-            if zoned and entry == 1:
-                excess = self._ring_excess(stages, dp)
-                if excess > 0:
-                    heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp))
-                    continue
-            self._check_limits()
-            self.shape(mbs, stages, dp)
+            popped = self._pop_shape(queue, zoned)
+            if popped is not None:
+                self._check_limits()
+                self.shape(*popped)
+
+    def _pop_shape(
+        self, queue: list[tuple[float, int, int, int, int]], zoned: bool
+    ) -> tuple[int, int, int] | None:
+        """Pop `queue`'s least entry: a shape (m, P, D) to search, or None where it was a
+        group, now listed in its place, or a shape put back under its ring across zones
+        (`_best_first`)."""
+        lb, entry, mbs, stages, dp = heapq.heappop(queue)
+        if entry == 0:
+            for item in self._listed(mbs, stages):
+                heapq.heappush(queue, (item[0], 1, *item[1:]))
+            return None
+        if zoned and entry == 1:
+            excess = self._ring_excess(stages, dp)
+            if excess > 0:
+                heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp))
+                return None
+        return mbs, stages, dp
 
     def _may_win(self, mbs: int, stages: int, dp: int) -> bool:
         """The stage-cover check (`cover.StageCover`) at the largest straggler with which
@@ -827,16 +839,6 @@ class _Search:
         if self.budget is not None and cost > self.budget:
             return math.inf
         return t if self.objective == "max_throughput" else cost
-
-    def _shallow_first(
-        self, shapes: list[tuple[float, int, int, int]]
-    ) -> list[tuple[float, int, int, int]]:
-        """The most promising shapes of one and two stages, searched first: deep pipelines
-        have the loosest bounds, so an incumbent from a shallow one prunes most of them. The
-        main pass meets these shapes again; their memoised work is redone, not their answer
-        changed (the search is the same, only the incumbent is known earlier)."""
-        shallow = [s for s in shapes if s[2] <= 2]
-        return shallow[:SHALLOW_SHAPES]
 
     def _warm_start(self) -> None:
         """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
@@ -1071,7 +1073,9 @@ class _Search:
         hosts = self._hosts(mbs, dp)
         if not hosts:
             return
-        sync_lb = max(self.sync_bound(stages, dp), self._zone_rings(stages, dp))
+        sync_lb = self.sync_bound(stages, dp)
+        if self._zone_split()[2]:
+            sync_lb = max(sync_lb, self._zone_rings(stages, dp))
         largest = -(-model.blocks // stages)
         most = self._most_capacity(mbs, stages, dp)
         share = self._all_share.get(mbs)
@@ -1165,7 +1169,8 @@ class _Search:
                     )
                 floor = max((share + pads) / capacity, window)
                 lb_t = fixed + m1 * floor
-                rate = self._profile_rate(slow, n, fast, stages - n, dp)
+                # the rate matters only to a cost or a budget
+                rate = self._profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
                 if self.violates(lb_t, rate, egress):
                     continue
                 value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
@@ -1177,7 +1182,7 @@ class _Search:
                 break
             self._check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
-            rate = self._profile_rate(slow, n, fast, stages - n, dp)
+            rate = self._profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
             ceiling = self._straggler_ceiling(fixed, m1, rate)
             boundaries = self.min_max_split(sequence, mbs, dp, floor, ceiling)
             if boundaries is None:
@@ -1358,7 +1363,7 @@ class _Search:
         if window is None:
             prefix = self._time_prefix(option[0], mbs)
             last = self.model.blocks + 1
-            window = min(prefix[i + blocks] - prefix[i] for i in range(1, last - blocks + 1))
+            window = min(map(sub, prefix[1 + blocks : last + 1], prefix[1 : last - blocks + 1]))
             self._windows[key] = window
         return window
 
