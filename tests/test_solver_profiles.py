@@ -8,8 +8,9 @@ same space enumerated with every bound switched off: each profile of every shape
 scored. They must find the same objective. A mutation (a capacity bound half as large) shows
 the comparison has teeth. The bounds' ingredients are also checked one by one against direct
 computations: the feasible run lengths against a brute-force placement of devices on pools,
-the dual capacity bound against every profile's capacity, and the work-share floor against
-the straggler of the best split.
+the dual capacity bound against every profile's capacity, the work-share floor against
+the straggler of the best split, and the ring across zones a shape forces against the rings
+of every profile that fits the quotas.
 """
 
 from __future__ import annotations
