@@ -1561,9 +1561,10 @@ class _Search:
         return rows
 
     def _zone_split(self) -> tuple[int, int, list[Option], list[Option]]:
-        """For `_zone_rings`: the most devices two options inside one zone each hold
-        together (within max_gpus), the least TP of such an option, the options that span
-        zones and those that do not."""
+        """For `_zone_rings`: at least the devices two options inside one zone each can
+        hold together (the two largest such options' pools summed, within max_gpus; two
+        options on one pool are counted twice), the least TP of such an option, the options
+        that span zones and those that do not."""
         if self._zone_options is None:
             pools = self.model.pools
             spanning: list[Option] = []
