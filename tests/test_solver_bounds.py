@@ -22,6 +22,7 @@ from oracles.brute_force import candidates
 from oracles.instances import binding_instance, random_instance
 
 from hetc.costmodel.planning import PlanningModel
+from hetc.costmodel.profile import BandwidthFit, LayerProfile
 from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SHALLOW_SHAPES, SearchOptions, _Search
 
@@ -54,6 +55,10 @@ network:
 """Zones of 4 devices in two regions: D = 5 or more rings must cross zones, D = 9 or more
 regions, and four stages of D = 3 cannot all sit inside one zone each."""
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "scenarios"
+
+
+def _bench(name: str) -> str:
+    return (BENCH / f"{name}.yaml").read_text()
 
 
 def _spec(text: str) -> Spec:
@@ -285,10 +290,12 @@ def test_the_cost_bound_pays_for_the_slowest_share() -> None:
 
 
 @pytest.mark.parametrize("seed", range(0, 60, 3))
-def test_a_group_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
-    """The search lists the shapes of a (microbatch, P) group only once the group's bound
-    is reached (`_Search.group_bound`), so it must not exceed any of their bounds, under
-    each objective and constraint (binding budgets and floors among the seeds)."""
+def test_a_range_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
+    """The search lists the shapes of a range of D of a (microbatch, P) group only once the
+    range's bound is reached (`_Search.range_bound`; the whole group is the range 1..the
+    count cap), so it must not exceed any of their bounds, under each objective and
+    constraint (binding budgets and floors among the seeds), for every range. The bounds of
+    a range, listed from its first D, are those of the whole list."""
     model = PlanningModel(_spec(random_instance(seed) if seed % 2 else binding_instance(seed)))
     searcher = _Search(model, SearchOptions())
     checked = 0
@@ -296,11 +303,67 @@ def test_a_group_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
         for stages in range(1, model.blocks + 1):
             last = searcher._dp_cap(mbs, stages)
             shapes = searcher.shape_bounds(mbs, stages, last) if last >= 1 else []
-            least = min(shapes, default=math.inf)
-            group = searcher.group_bound(mbs, stages, last)
-            assert group <= least * (1 + 1e-12), (mbs, stages, group, least)
-            checked += least < math.inf
+            for first in range(1, last + 1):
+                for end in range(first, last + 1):
+                    inside = shapes[first - 1 : end]
+                    assert searcher.shape_bounds(mbs, stages, end, first) == inside
+                    least = min(inside)
+                    bound = searcher.range_bound(mbs, stages, first, end)
+                    assert bound <= least * (1 + 1e-12), (mbs, stages, first, end, bound)
+                    checked += least < math.inf
     assert checked
+
+
+ONE_PER_NODE = """\
+version: 1
+name: one-per-node
+model:
+  architecture: {layers: 2, hidden: 256, heads: 4, ffn: 1024, vocab: 512, max_positions: 64}
+training: {global_batch_size: 8, seq_len: 32, precision: fp32, zero_stage: 0}
+devices:
+  - {name: CPU-A, kind: cpu, memory: 4GiB, peak_tflops: {fp32: 0.05},
+     memory_bandwidth: 10GB/s, intra_node: {kind: shared-memory, bandwidth: 5GB/s},
+     price: 1 USD/h}
+zones:
+  - name: z
+    pools: [{device: CPU-A, quota: 8, gpus_per_node: 1}]
+"""
+
+
+def _falling_profile() -> LayerProfile:
+    """A profile of CPU-A whose inter-node bandwidth falls as messages grow past 1 MB (8
+    GB/s there, the curve's floor from 2.6 MB): on it a ring of more ranks, each sending
+    less, can take less time. Its layer times are never read here."""
+    return LayerProfile(
+        model="custom",
+        device="CPU-A",
+        precision="fp32",
+        seq_len=32,
+        times={1: {1: {i: (1e-3, 2e-3, 1e-4) for i in range(4)}}},
+        network={"inter_node": {"p2p": {1: BandwidthFit(coefficients=(-4.0, 0.0, 8.0), peak=8e9)}}},
+    )
+
+
+@pytest.mark.parametrize("seed", [*range(0, 30, 3), -1])
+def test_the_range_sync_is_below_the_sync_bound_at_every_larger_d(seed: int) -> None:
+    """`range_bound` prices the sync of D = first..last at `_range_sync(first)`: at most
+    `sync_bound` at every D >= first. On flat links that is the sync bound itself (a ring
+    grows with D); on a measured curve where small messages go faster it is not, and the
+    whole-model ring must be left out (seed -1: one device in one zone, with that curve)."""
+    if seed < 0:
+        model = PlanningModel(_spec(ONE_PER_NODE), profiles=[_falling_profile()])
+    else:
+        model = PlanningModel(_spec(random_instance(seed) if seed % 2 else binding_instance(seed)))
+    searcher = _Search(model, SearchOptions())
+    top = max(2, searcher.total_devices)
+    falls = False
+    for stages in range(1, model.blocks + 1):
+        syncs = [searcher.sync_bound(stages, dp) for dp in range(1, top + 1)]
+        for dp in range(1, top + 1):
+            assert searcher._range_sync(stages, dp) <= min(syncs[dp - 1 :]), (stages, dp)
+        falls |= any(b < a for a, b in pairwise(syncs))
+    assert searcher._flat_links is (seed >= 0)
+    assert falls is (seed < 0)
 
 
 @pytest.mark.parametrize("name", ["opt350m-5zones", "opt350m-floor"])
@@ -385,6 +448,7 @@ class _Recorder(_Search):
         return None
 
 
+@pytest.mark.parametrize("incumbent", [None, 0.5])
 @pytest.mark.parametrize(
     ("text", "approximations"),
     [
@@ -394,26 +458,33 @@ class _Recorder(_Search):
         (random_instance(19), frozenset({"kind-profiles"})),
         (binding_instance(21), frozenset({"kind-profiles"})),
         (random_instance(25), frozenset({"kind-profiles"})),
+        (_bench("opt350m-128a100"), frozenset({"kind-profiles"})),
     ],
 )
 def test_shallow_shapes_of_least_bound_come_first_then_every_shape_in_bound_order(
-    text: str, approximations: frozenset[str]
+    text: str, approximations: frozenset[str], incumbent: float | None
 ) -> None:
     """`_best_first` reaches first the `SHALLOW_SHAPES` shapes of one or two stages with the
-    least bound, then each other shape of finite bound once, in order of bound, though it
-    lists a group's shapes only when the group is reached. Under `kind-profiles` for
-    max_throughput a shape's bound includes the ring across zones its profiles must pay
-    (`_ring_excess`). The oracle lists every shape of every group up front."""
+    least bound, then each other shape whose bound does not exceed the incumbent once, in
+    order of bound, though it splits a group's range of D and lists its shapes only when
+    reached. Under `kind-profiles` for max_throughput a shape's bound includes the ring
+    across zones its profiles must pay (`_ring_excess`). The oracle lists every shape of
+    every group up front; the incumbent, where set, is held at that quantile of their
+    bounds (which prunes ranges, and lists those it leaves whole)."""
     model = PlanningModel(_spec(text))
-    searcher = _Recorder(model, SearchOptions(approximations=approximations))
-    searcher.run()
+    oracle = _Search(model, SearchOptions(approximations=approximations))
     zoned = "kind-profiles" in approximations and model.spec.objective == "max_throughput"
     value: dict[tuple[int, int, int], float] = {}
-    for _, mbs, stages in searcher._groups():
-        for dp, bound in enumerate(searcher._bounds_of(mbs, stages), start=1):
+    for _, mbs, stages in oracle._groups():
+        for dp, bound in enumerate(oracle._bounds_of(mbs, stages), start=1):
             if bound < math.inf:
-                excess = searcher._ring_excess(stages, dp) if zoned else 0.0
+                excess = oracle._ring_excess(stages, dp) if zoned else 0.0
                 value[mbs, stages, dp] = bound + excess
+    searcher = _Recorder(model, SearchOptions(approximations=approximations))
+    if incumbent is not None:
+        searcher._kth = sorted(value.values())[int(len(value) * incumbent)]
+        value = {shape: bound for shape, bound in value.items() if bound <= searcher._kth}
+    searcher.run()
     reached = searcher.reached
     assert len(reached) == len(set(reached)) and set(reached) == set(value)
     first = min(SHALLOW_SHAPES, sum(1 for shape in value if shape[1] <= 2))

@@ -17,11 +17,13 @@ Why it is exact (with every approximation off), step by step:
    relative to the best (`device_work`: device-time conservation); Y_lb the cheapest ring
    over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links that
    cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Each
-   (m, P) enters the order under a bound on all its D (`group_bound`) and is listed only
-   when reached, so the order is unchanged. Cost >= that time x (D x P x least TP devices at
-   the cheapest price), and >= each layer's least TP x time x price over the kinds, for
-   ceil(B / (m D)) x D microbatches (`work_cost`), plus the device-seconds every device must
-   idle, waiting on the other stages and the sync, at the cheapest price (`idle_cost`).
+   (m, P) enters the order under a bound on all its D (`range_bound`), is split into
+   ranges of D under their own bounds when reached, and its shapes are listed only when
+   their range is reached, so the order is unchanged. Cost >= that time x (D x P x least
+   TP devices at the cheapest price), and >= each layer's least TP x time x price over the
+   kinds, for ceil(B / (m D)) x D microbatches (`work_cost`), plus the device-seconds
+   every device must idle, waiting on the other stages and the sync, at the cheapest
+   price (`idle_cost`).
    Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further:
    no (m, P) has more pipelines than its stages' memory lets the devices hold (`_last_dp`);
    and on one device type, for max_throughput, a shape is searched only if P stages of at
@@ -129,6 +131,10 @@ differently, so an exact tie must not end the scan one row early."""
 
 SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `_Search._best_first`)."""
+
+RANGE_SPAN = 8
+"""A range of D of (m, P) narrower than this is listed shape by shape when reached, a wider
+one split in two under their own bounds (`_Search._pop_shape`)."""
 
 EXACT_COUNT_SPLITS = 20_000
 """Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
@@ -338,6 +344,7 @@ class _Search:
         self._host_windows: dict[tuple[int, int, int], float] = {}
         self._crossing_rings: dict[int, list[tuple[float, int]]] = {}
         self._zone_options: tuple[int, int, list[Option], list[Option]] | None = None
+        self._flat_links: bool | None = None
         self._pass_sum_lists: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         self._ring_reps: dict[Option, list[tuple[int, int]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
@@ -353,7 +360,7 @@ class _Search:
     def layer_best(self, mbs: int, max_tp: int) -> list[float]:
         """Prefix sums over the layer sequence of each layer's fastest time on any kind of TP
         at most `max_tp` (the largest a shape can afford in even one stage)."""
-        key = (mbs, max((tp for tp in self._tp_degrees if tp <= max_tp), default=0))
+        key = (mbs, self._tp_cap(max_tp))
         if key not in self._layer_best:
             model = self.model
             kinds = [k for k in model.kinds if k.tp <= key[1]] or list(model.kinds)
@@ -363,6 +370,13 @@ class _Search:
                 prefix.append(prefix[-1] + least)
             self._layer_best[key] = prefix
         return self._layer_best[key]
+
+    def _tp_cap(self, max_tp: int) -> int:
+        """The largest TP degree of any kind at most `max_tp`, 0 if none: the bounds depend on
+        a TP cap only through it."""
+        degrees = self._tp_degrees
+        at = bisect_right(degrees, max_tp)
+        return degrees[at - 1] if at else 0
 
     def device_work(self, mbs: int) -> tuple[list[float], list[float]]:
         """Prefix sums of each layer's least device-seconds (TP x time) on any kind, and each
@@ -451,6 +465,40 @@ class _Search:
         )
         return max(whole / stages, latency, some)
 
+    def _range_sync(self, stages: int, dp: int) -> float:
+        """A lower bound on `sync_bound(stages, D)` at every D >= `dp`. Its terms never fall
+        as D grows: 2 (D - 1) link latencies, and the zones and regions hold fewer stages
+        of D replicas; on flat-curve links a ring of D ranks takes 2 (D - 1) (latency +
+        bytes / (D x rate)), which grows with D, so there the whole-model ring counts too,
+        but not on a measured message-size curve, where smaller messages may go faster."""
+        if dp < 2:
+            return 0.0
+        if self._flat_links is None:
+            model = self.model
+            self._flat_links = all(
+                model.measured_link(
+                    model.kinds[a].pool,
+                    model.kinds[b].pool,
+                    max(model.kinds[a].tp, model.kinds[b].tp),
+                )[1]
+                is FLAT
+                for a, b, _, _ in self._distinct_rings()
+            )
+        if self._flat_links:
+            return self.sync_bound(stages, dp)
+        terms = self._sync_rings.get(dp)
+        if terms is None:
+            terms = self._sync_rings[dp] = self._sync_terms(dp)
+        _, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
+        some = (
+            region_latency
+            if whole_regions < stages
+            else zone_latency
+            if whole_zones < stages
+            else 0.0
+        )
+        return max(latency, some)
+
     def _sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
         every stage's ring must cross; how many stages of D x (least TP) devices the zones,
@@ -535,15 +583,13 @@ class _Search:
         that could enter the top K is pruned."""
         return self._kth
 
-    def shape_bounds(self, mbs: int, stages: int, last: int) -> list[float]:
+    def shape_bounds(self, mbs: int, stages: int, last: int, first: int = 1) -> list[float]:
         """Lower bounds on the objective of every candidate of shape (m, P, D) for
-        D = 1..last (the module docstring, step 1), sharing what does not depend on D:
-        they are computed for thousands of shapes before the search starts. For cost, the
-        larger of that time on the fewest devices and `work_cost` (for ceil(T / D) x D
-        microbatch slots: iteration >= F + m1 S + Y >= m t_i + (F - t_i) + Y on every
-        replica) + `idle_cost` (its F - t_i + Y). A shape
-        whose bounds already break the budget or the throughput floor gets an infinite
-        one."""
+        D = first..last (the module docstring, step 1), sharing what does not depend on D.
+        For cost, the larger of that time on the fewest devices and `work_cost` (for
+        ceil(T / D) x D microbatch slots: iteration >= F + m1 S + Y >= m t_i + (F - t_i) + Y
+        on every replica) + `idle_cost` (its F - t_i + Y). A shape whose bounds already
+        break the budget or the throughput floor gets an infinite one."""
         model = self.model
         total = model.batch // mbs
         blocks = -(-model.blocks // stages)
@@ -551,17 +597,16 @@ class _Search:
         unit = stages * self._min_tp * self._cheapest
         floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
         bounds = []
-        degrees = self._tp_degrees
         incumbent = self.bound()
         devices, reserved = self.total_devices, (stages - 1) * self._min_tp
         # the terms depend on D only through the largest affordable TP degree (`affordable_tp`),
         # which never grows with D: recomputed only when it falls below the current one
         cap = -1
         fill = static = per_dp = 0.0
-        for dp in range(1, last + 1):
+        for dp in range(first, last + 1):
             max_tp = (devices - reserved * dp) // dp
             if max_tp < cap or cap < 0:
-                cap = max((tp for tp in degrees if tp <= max_tp), default=0)
+                cap = self._tp_cap(max_tp)
                 fill, worst_layer, work, free = self._terms(mbs, max_tp)
                 static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
                 per_dp = work / free if free > 0 else 0.0
@@ -600,7 +645,7 @@ class _Search:
     def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
         one of P stages holds ceil(L / P) blocks, and its slowest kind takes at least this."""
-        tp = max((t for t in self._tp_degrees if t <= max_tp), default=0)
+        tp = self._tp_cap(max_tp)
         key = (mbs, tp, blocks)
         window = self._least_windows.get(key)
         if window is None:
@@ -613,7 +658,7 @@ class _Search:
         """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
         for `shape_bounds`, cached: the first two depend on the TP cap only through the
         largest TP degree under it."""
-        tp = max((t for t in self._tp_degrees if t <= max_tp), default=0)
+        tp = self._tp_cap(max_tp)
         terms = self._shape_terms.get((mbs, tp))
         if terms is None:
             prefix = self.layer_best(mbs, max_tp)
@@ -683,10 +728,11 @@ class _Search:
 
     def _best_first(self) -> None:
         """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
-        that cannot beat the incumbent. Each (m, P) enters as one entry under its group
-        bound (`_groups`) and is listed shape by shape only when popped: its group bound is
-        at most each of its shapes' bounds and pops first on a tie, so the order is that of
-        the full sorted list, but groups the incumbent beats are never listed. Under
+        that cannot beat the incumbent. Each (m, P) enters as one entry, the range of every
+        D, under its group bound (`_groups`), and is split into ranges or listed shape by
+        shape only when popped (`_pop_shape`): a range's bound is at most each of its
+        shapes' bounds and pops first on a tie, so the order is that of the full sorted
+        list, but ranges the incumbent beats are never listed. Under
         `kind-profiles` for max_throughput, a shape popped the first time goes back with
         the ring its profiles must pay across zones added (`_ring_excess`), if any.
 
@@ -700,10 +746,11 @@ class _Search:
             and self.objective == "max_throughput"
             and bool(self._zone_split()[2])
         )
-        shallow: list[tuple[float, int, int, int, int]] = []
-        deep: list[tuple[float, int, int, int, int]] = []
+        shallow: list[tuple[float, int, int, int, int, int]] = []
+        deep: list[tuple[float, int, int, int, int, int]] = []
         for bound, mbs, stages in self._groups():
-            (shallow if stages <= 2 else deep).append((bound, 0, mbs, stages, 0))
+            entry = (bound, 0, mbs, stages, 1, self._dp_cap(mbs, stages))
+            (shallow if stages <= 2 else deep).append(entry)
         heapq.heapify(shallow)
         searched = 0
         while searched < SHALLOW_SHAPES and shallow and shallow[0][0] <= self.bound():
@@ -721,20 +768,41 @@ class _Search:
                 self.shape(*popped)
 
     def _pop_shape(
-        self, queue: list[tuple[float, int, int, int, int]], zoned: bool
+        self, queue: list[tuple[float, int, int, int, int, int]], zoned: bool
     ) -> tuple[int, int, int] | None:
         """Pop `queue`'s least entry: a shape (m, P, D) to search, or None where it was a
-        group, now listed in its place, or a shape put back under its ring across zones
-        (`_best_first`)."""
-        lb, entry, mbs, stages, dp = heapq.heappop(queue)
+        range of D of (m, P), now split or listed in its place, or a shape put back under
+        its ring across zones (`_best_first`). A range of `RANGE_SPAN` or more D is split in
+        two under their own bounds (`range_bound`) while that leaves a half out or nothing
+        is known yet: where both halves stay under the incumbent, splitting further would
+        mostly cost bounds, so its shapes are listed then, up to their memory cap
+        (`_last_dp`, taken only there). Entries the incumbent already beats are not pushed:
+        it only improves, so they would never be popped."""
+        lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
+        incumbent = self.bound()
         if entry == 0:
-            for item in self._listed(mbs, stages):
-                heapq.heappush(queue, (item[0], 1, *item[1:]))
+            if last - dp >= RANGE_SPAN:
+                middle = (dp + last) // 2
+                halves = [
+                    (max(lb, self.range_bound(mbs, stages, first, end)), first, end)
+                    for first, end in ((dp, middle), (middle + 1, last))
+                ]
+                if incumbent == math.inf or halves[0][0] > incumbent or halves[1][0] > incumbent:
+                    for bound, first, end in halves:
+                        if bound <= incumbent:
+                            heapq.heappush(queue, (bound, 0, mbs, stages, first, end))
+                    return None
+            for bound, _, _, shape_dp in self._listed(
+                mbs, stages, dp, min(last, self._last_dp(mbs, stages))
+            ):
+                if bound <= incumbent:
+                    heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
             return None
         if zoned and entry == 1:
             excess = self._ring_excess(stages, dp)
             if excess > 0:
-                heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp))
+                if lb + excess <= incumbent:
+                    heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp, dp))
                 return None
         return mbs, stages, dp
 
@@ -762,21 +830,21 @@ class _Search:
 
     def _groups(self) -> list[tuple[float, int, int]]:
         """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
-        lower bound on `shape_bounds` over every D (`group_bound`); groups that break the
+        lower bound on `shape_bounds` over every D (`range_bound`); groups that break the
         time cap or the budget at every D are left out."""
         model = self.model
         groups = []
         for mbs in model.microbatch_sizes():
             for stages in range(1, model.blocks + 1):
-                bound = self.group_bound(mbs, stages, self._dp_cap(mbs, stages))
+                bound = self.range_bound(mbs, stages, 1, self._dp_cap(mbs, stages))
                 if bound < math.inf:
                     groups.append((bound, mbs, stages))
         return groups
 
     def _dp_cap(self, mbs: int, stages: int) -> int:
         """The most pipelines (m, P) may have by counting alone: B / m, and P x D x (least
-        TP) devices. The group bounds use it: `_last_dp` costs memory lookups, and only the
-        groups the search reaches need them."""
+        TP) devices. The range bounds use it: `_last_dp` costs memory lookups, and only the
+        ranges the search lists need them."""
         return min(self.model.batch // mbs, self.total_devices // (stages * self._min_tp))
 
     def _last_dp(self, mbs: int, stages: int) -> int:
@@ -789,10 +857,22 @@ class _Search:
             self._lasts[key] = last
         return last
 
-    def _listed(self, mbs: int, stages: int) -> list[tuple[float, int, int, int]]:
-        """(bound, m, P, D) for the shapes of (m, P) with a finite bound."""
-        bounds = self._bounds_of(mbs, stages)
-        return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=1) if lb < math.inf]
+    def _listed(
+        self, mbs: int, stages: int, first: int = 1, last: int | None = None
+    ) -> list[tuple[float, int, int, int]]:
+        """(bound, m, P, D) for the shapes of (m, P) with a finite bound, D = first..last
+        (every D its memory allows, by default); from the bounds of every D where the zone
+        stripes listed them already."""
+        cached = self._shape_lists.get((mbs, stages))
+        if last is None:
+            cached = self._bounds_of(mbs, stages)
+            last = len(cached)
+        bounds = (
+            cached[first - 1 : last]
+            if cached is not None
+            else self.shape_bounds(mbs, stages, last, first)
+        )
+        return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=first) if lb < math.inf]
 
     def _ring_excess(self, stages: int, dp: int) -> float:
         """How far `_zone_rings` raises a shape's bound above its sync term: the shape
@@ -813,29 +893,41 @@ class _Search:
             self._shape_lists[mbs, stages] = bounds
         return bounds
 
-    def group_bound(self, mbs: int, stages: int, last: int) -> float:
-        """A lower bound on `shape_bounds(mbs, stages, last)` at every D, in O(1): the terms
-        at D = 1 (the largest affordable TP, so the least fill and straggler floor), no
-        sync, and (ceil(T / D) - 1) max(s, c D) >= (T / D - 1) max(s, c D), which falls as D
-        grows (s (T / D - 1) below the knee, c (T - D) above it), taken at D = last. For
-        cost, t D >= F D + (T - D) s is linear in D, so its least is at D = 1 or D = last.
-        Infinite when every D breaks the time cap or the budget (or there is no D)."""
-        if last < 1:
+    def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:
+        """A lower bound on `shape_bounds(mbs, stages, last, first)` at every D, in O(1):
+        the terms at D = first (the largest affordable TP, so the least fill and straggler
+        floor), no sync, and (ceil(T / D) - 1) max(s, c D) at least both (T / D - 1)
+        max(s, c D), which falls as D grows (s (T / D - 1) below the knee, c (T - D) above
+        it), taken at D = last, and (ceil(T / last) - 1) max(s, c first). For cost, t D >=
+        F D + (T - D) s is linear in D, so its least is at D = first or D = last; the work
+        and idle costs are least at D = first. Infinite when every D breaks the time cap or
+        the budget (or there is no D)."""
+        if last < first:
             return math.inf
         total = self.model.batch // mbs
-        max_tp = self.affordable_tp(stages, 1)
+        max_tp = self.affordable_tp(stages, first)
         fill, worst_layer, work, free = self._terms(mbs, max_tp)
         blocks = -(-self.model.blocks // stages)
         static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
         per_dp = work / free if free > 0 else 0.0
-        t = fill + max(0.0, total / last - 1) * max(static, per_dp * last)
+        t = (
+            fill
+            + max(
+                max(0.0, total / last - 1) * max(static, per_dp * last),
+                (-(-total // last) - 1) * max(static, per_dp * first),
+            )
+            + self._range_sync(stages, first)
+        )
         if self.time_cap is not None and t > self.time_cap:
             return math.inf
         if self.objective == "max_throughput" and self.budget is None:
             return t
         unit = stages * self._min_tp * self._cheapest
-        device_time = min(fill + (total - 1) * static, last * fill + (total - last) * static)
-        cost = max(device_time * unit, self.work_cost(mbs))
+        device_time = min(
+            first * fill + (total - first) * static, last * fill + (total - last) * static
+        )
+        paid = self.work_cost(mbs) + self.idle_cost(stages, first, fill, 0.0)
+        cost = max(device_time * unit, paid)
         if self.budget is not None and cost > self.budget:
             return math.inf
         return t if self.objective == "max_throughput" else cost
@@ -870,7 +962,7 @@ class _Search:
         the best such plan is 22% faster than the best profile. Per region, device and TP,
         and per (m, P): the largest D whose zones hold P stages of D x TP devices, the
         stages laid out zone by zone (largest quota first, each as many as it holds), split
-        by `min_max_split`, in order of their group bound (`group_bound`), skipping those
+        by `min_max_split`, in order of their group bound (`range_bound`), skipping those
         whose shape bound cannot beat the incumbent (and regions lacking a pool the search
         must use: a leaf renting none of it is thrown away). They are real candidates, so
         they only tighten the bound the profiles are then searched with."""
@@ -896,7 +988,7 @@ class _Search:
                     layout: list[Option] = []
                     for room, index in members:
                         layout += [(index,)] * (-room // (dp * tp))
-                    group = self.group_bound(mbs, stages, last)
+                    group = self.range_bound(mbs, stages, 1, last)
                     seeds.append((group, mbs, stages, dp, tuple(layout[:stages])))
         seeds.sort()
         for group, mbs, stages, dp, sequence in seeds:
