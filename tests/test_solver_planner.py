@@ -3,6 +3,7 @@ infeasible specs and `--explain`, each against an independent oracle."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 from dataclasses import replace
 
@@ -20,7 +21,7 @@ from hetc.solver.planner import (
     explain_unused,
     plan_spec,
 )
-from hetc.solver.search import SearchOptions, search
+from hetc.solver.search import SearchOptions, SearchResult, _Search, search
 
 TINY = """\
 version: 1
@@ -244,6 +245,34 @@ def test_must_use_only_returns_candidates_renting_that_pool() -> None:
     t4 = next(s.index for s in model.pools if s.pool.device == "T4")
     result = search(model, SearchOptions(must_use=frozenset({t4})))
     assert result.candidates and all(c.estimate.nodes[t4] for c in result.candidates)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_search_pauses_the_garbage_collector_and_restores_it(
+    enabled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`search` runs with the cyclic collector off and leaves it as it found it, also when
+    the search raises; the plan is the same as with the collector on."""
+    model = PlanningModel(tiny())
+    reference = _Search(model, SearchOptions()).run().candidates[0].value
+    seen: list[bool] = []
+    run = _Search.run
+
+    def watched(self: _Search) -> SearchResult:
+        seen.append(gc.isenabled())
+        return run(self)
+
+    monkeypatch.setattr(_Search, "run", watched)
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert search(model).candidates[0].value == reference
+        assert seen and not any(seen) and gc.isenabled() is enabled
+        monkeypatch.setattr(_Search, "run", lambda self: 1 / 0)
+        with pytest.raises(ZeroDivisionError):
+            search(model)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
 
 
 def test_a_feasible_spec_has_nothing_to_diagnose() -> None:

