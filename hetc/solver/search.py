@@ -135,8 +135,8 @@ SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `_Search._best_first`)."""
 
 RANGE_SPAN = 8
-"""A range of D of (m, P) narrower than this is listed shape by shape when reached, a wider
-one split in two under their own bounds (`_Search._pop_shape`)."""
+"""A range of D of (m, P) of at most this many D is listed shape by shape when reached, a
+wider one split in two under their own bounds (`_Search._pop_shape`)."""
 
 EXACT_COUNT_SPLITS = 20_000
 """Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
@@ -774,7 +774,7 @@ class _Search:
     ) -> tuple[int, int, int] | None:
         """Pop `queue`'s least entry: a shape (m, P, D) to search, or None where it was a
         range of D of (m, P), now split or listed in its place, or a shape put back under
-        its ring across zones (`_best_first`). A range of `RANGE_SPAN` or more D is split in
+        its ring across zones (`_best_first`). A range of more than `RANGE_SPAN` D is split in
         two under their own bounds (`range_bound`) while that leaves a half out or nothing
         is known yet: where both halves stay under the incumbent, splitting further would
         mostly cost bounds, so its shapes are listed then, up to their memory cap
@@ -783,7 +783,7 @@ class _Search:
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
         if entry == 0:
-            if last - dp >= RANGE_SPAN:
+            if last - dp + 1 > RANGE_SPAN:
                 middle = (dp + last) // 2
                 halves = [
                     (max(lb, self.range_bound(mbs, stages, first, end)), first, end)
@@ -898,12 +898,13 @@ class _Search:
     def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:
         """A lower bound on `shape_bounds(mbs, stages, last, first)` at every D, in O(1):
         the terms at D = first (the largest affordable TP, so the least fill and straggler
-        floor), no sync, and (ceil(T / D) - 1) max(s, c D) at least both (T / D - 1)
-        max(s, c D), which falls as D grows (s (T / D - 1) below the knee, c (T - D) above
-        it), taken at D = last, and (ceil(T / last) - 1) max(s, c first). For cost, t D >=
-        F D + (T - D) s is linear in D, so its least is at D = first or D = last; the work
-        and idle costs are least at D = first. Infinite when every D breaks the time cap or
-        the budget (or there is no D)."""
+        floor), the sync of every D from first on (`_range_sync`), and (ceil(T / D) - 1)
+        max(s, c D) at least both (T / D - 1) max(s, c D), which falls as D grows
+        (s (T / D - 1) below the knee, c (T - D) above it), taken at D = last, and
+        (ceil(T / last) - 1) max(s, c first). For cost, t D >= F D + (T - D) s is linear in
+        D, so its least is at D = first or D = last; the work and idle costs are least at
+        D = first. Infinite when every D breaks the time cap or the budget (or there is no
+        D)."""
         if last < first:
             return math.inf
         total = self.model.batch // mbs
