@@ -444,14 +444,15 @@ class _Search:
         """The largest TP one stage can use when every other stage takes the fewest devices."""
         return (self.total_devices - (stages - 1) * dp * self._min_tp) // dp
 
-    def sync_bound(self, stages: int, dp: int) -> float:
+    def sync_bound(self, stages: int, dp: int, whole_ring: bool = True) -> float:
         """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P (the ring
         time is affine in bytes with a non-negative intercept, and the largest stage holds at
         least 1/P of the gradients), and >= 2 (D - 1) link latencies, which a ring pays
         whatever its bytes. Where the rings must cross zones (or regions), only links that
         cross count: a stage of D replicas needs at least D x (least TP) devices, so when no
         zone has that many every stage's ring crosses zones, and when the zones cannot hold
-        P such stages whole at least one does (`_sync_terms`)."""
+        P such stages whole at least one does (`_sync_terms`). Without `whole_ring`, the
+        latency terms alone (`_range_sync`)."""
         if dp < 2:
             return 0.0
         terms = self._sync_rings.get(dp)
@@ -465,7 +466,7 @@ class _Search:
             if whole_zones < stages
             else 0.0
         )
-        return max(whole / stages, latency, some)
+        return max(whole / stages if whole_ring else 0.0, latency, some)
 
     def _range_sync(self, stages: int, dp: int) -> float:
         """A lower bound on `sync_bound(stages, D)` at every D >= `dp`. Its terms never fall
@@ -486,20 +487,7 @@ class _Search:
                 is FLAT
                 for a, b, _, _ in self._distinct_rings()
             )
-        if self._flat_links:
-            return self.sync_bound(stages, dp)
-        terms = self._sync_rings.get(dp)
-        if terms is None:
-            terms = self._sync_rings[dp] = self._sync_terms(dp)
-        _, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
-        some = (
-            region_latency
-            if whole_regions < stages
-            else zone_latency
-            if whole_zones < stages
-            else 0.0
-        )
-        return max(latency, some)
+        return self.sync_bound(stages, dp, whole_ring=self._flat_links)
 
     def _sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
