@@ -314,6 +314,192 @@ def test_a_range_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
     assert checked
 
 
+SENDS = """\
+version: 1
+name: sends
+model:
+  architecture: {layers: 6, hidden: 512, heads: 8, vocab: 4096, max_positions: 512}
+training: {global_batch_size: 8, seq_len: 512, precision: fp16, zero_stage: ZERO}
+objective: OBJECTIVE
+zones:
+  - name: a
+    region: r1
+    pools:
+      - {device: A100-40GB, quota: QUOTA, gpus_per_node: GPN, price: 3.67 USD/h}
+POOLS
+network:
+  intra_zone: {bandwidth: BANDWIDTH, latency: 20us}
+  inter_zone: {bandwidth: 1Gbps, latency: 1ms}
+  inter_region: {bandwidth: 1Gbps, latency: 30ms}
+"""
+"""A model whose activation sends take a fair share of a stage's period on a slow network
+(at 3 Gbps a send is about 15% of the whole model's compute at microbatch 1)."""
+
+
+def _sends(
+    objective: str = "max_throughput",
+    bandwidth: str = "3Gbps",
+    zero: int = 1,
+    quota: int = 3,
+    gpn: int = 1,
+    pools: str = "",
+) -> Spec:
+    text = (
+        SENDS.replace("OBJECTIVE", objective)
+        .replace("BANDWIDTH", bandwidth)
+        .replace("ZERO", str(zero))
+        .replace("QUOTA", str(quota))
+        .replace("GPN", str(gpn))
+        .replace("POOLS\n", pools)
+    )
+    return _spec(text)
+
+
+V100_ZONE = (
+    "  - name: b\n    region: r1\n    pools:\n"
+    "      - {device: V100-16GB, quota: 2, gpus_per_node: 2, price: 2.86 USD/h}\n"
+)
+SENDS_CASES = {
+    "one TP-1 pool": _sends(),
+    "1 Gbps": _sends(bandwidth="1Gbps"),
+    "mixed TP in a stage": _sends(bandwidth="1Gbps", zero=0, quota=4, gpn=2, pools=V100_ZONE),
+    "cheapest": _sends("min_cost"),
+    "mixed, cheapest": _sends("min_cost", "1Gbps", zero=0, quota=4, gpn=2, pools=V100_ZONE),
+}
+"""Send-heavy cases: one pool at TP 1 (where the straggler floors come within a few percent
+of the best split), a slower network, two zones with TP 2 beside TP 1 in one stage (ZeRO
+off), and min_cost on one pool and on both zones (the idle cost of waiting for sends)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SENDS_CASES))
+def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None:
+    """Every candidate of P > 1 stages sends on each of its P - 1 boundaries at least
+    `_least_send`, so its fill F, its straggler S and (with its sync) its objective are at
+    least `_period_terms`' fill, static floor and each line a D + b, and the shape bound.
+    The oracle is every candidate the brute force enumerates, timed by the model; the floors
+    must also come close to some candidate (the fill meets one; the static floor within 5%,
+    the lines within 5% on one pool and 15% elsewhere), or a floor raised by one send too
+    many would pass unseen."""
+    spec = SENDS_CASES[name]
+    model = PlanningModel(spec)
+    searcher = _Search(model, SearchOptions())
+    closest = {"fill": math.inf, "static": math.inf, "line": math.inf}
+    for shape, assignment, estimate in candidates(model):
+        if not estimate.feasible or shape.stages == 1:
+            continue
+        mbs, stages, dp = shape.microbatch, shape.stages, shape.pipelines
+        used = [tuple(kind for kind, count in stage if count) for stage in assignment]
+        straggler, fill, _, _ = model.time_of_sets(shape, used)
+        floor, static, lines, send = searcher._period_terms(
+            mbs, stages, searcher.affordable_tp(stages, dp)
+        )
+        for a, b in pairwise(used):
+            assert model.send_between(a, b, mbs) >= send
+        assert fill >= floor * (1 - 1e-12)
+        assert straggler >= static * (1 - 1e-12)
+        closest["fill"] = min(closest["fill"], fill / floor)
+        closest["static"] = min(closest["static"], straggler / static)
+        for slope, at_zero in lines:
+            line = slope * dp + at_zero
+            assert straggler >= line * (1 - 1e-12), (shape, slope, at_zero)
+            closest["line"] = min(closest["line"], straggler / line)
+        value = estimate.iteration_time if spec.objective == "max_throughput" else estimate.cost
+        assert searcher.shape_bounds(mbs, stages, dp, dp)[0] <= value * (1 + 1e-12)
+    assert closest["fill"] < 1 + 1e-9 and closest["static"] < 1.05, closest
+    assert closest["line"] < (1.05 if name in ("one TP-1 pool", "cheapest") else 1.15), closest
+
+
+def test_the_least_send_is_the_fastest_pool_pair() -> None:
+    """Hand-computed on the mixed case: the activations of a microbatch (m x 512 tokens x
+    512 hidden x 2 bytes) cross the 1 Gbps zone link of pool a with itself, 20 us, the least
+    of the four pool pairs (a-b and b-b go over 1 Gbps with 1 ms, or the zone's own link).
+    One stage sends nothing."""
+    model = PlanningModel(SENDS_CASES["mixed TP in a stage"])
+    searcher = _Search(model, SearchOptions())
+    for mbs in (1, 2, 4):
+        expected = min(model.send(a, b, mbs) for a in (0, 1) for b in (0, 1))
+        assert searcher._least_send(mbs) == expected
+        assert expected == pytest.approx(20e-6 + mbs * 512 * 512 * 2 * 8 / 1e9, rel=1e-6)
+        assert searcher._period_terms(mbs, 1, 8)[3] == 0.0
+
+
+def test_min_cost_bounds_charge_every_device_its_waits_on_sends() -> None:
+    """Hand-computed on the mixed min-cost case: over P > 1 stages of D pipelines every
+    device idles at least F - t_i + Y + (m - 1)(S - t_i), so the D x (least TP) devices of
+    the P stages idle sum_i (F - t_i) >= (P - 1) F_lb' + 2 (P - 1) s (F_lb' = F_lb + 2 (P -
+    1) s), plus P x (Y_lb + (m - 1) s), at the cheapest price, beside the work of m x D
+    microbatch slots. The shape bound is at least that, and equal to it where the rental
+    on the fewest devices does not bind (in 14 of the case's 28 finite shapes)."""
+    model = PlanningModel(SENDS_CASES["mixed, cheapest"])
+    searcher = _Search(model, SearchOptions())
+    price = 2.86 / 3600
+    binding = 0
+    for mbs in model.microbatch_sizes():
+        total = model.batch // mbs
+        for stages in range(2, model.blocks + 1):
+            for dp in range(1, searcher._dp_cap(mbs, stages) + 1):
+                bound = searcher.shape_bounds(mbs, stages, dp, dp)[0]
+                if bound == math.inf:
+                    continue
+                s = searcher._least_send(mbs)
+                fill = searcher._terms(mbs, searcher.affordable_tp(stages, dp))[0]
+                fill += 2 * (stages - 1) * s
+                slots = -(-total // dp)
+                waits = stages * (searcher.sync_bound(stages, dp) + (slots - 1) * s)
+                idle = price * dp * ((stages - 1) * fill + waits + 2 * (stages - 1) * s)
+                floor = searcher.work_cost(mbs) * slots * dp / total + idle
+                assert bound >= floor * (1 - 1e-12)
+                binding += bound <= floor * (1 + 1e-12)
+    assert binding >= 10
+
+
+def test_the_send_terms_lift_the_bench_floor_bounds() -> None:
+    """On the bench's min-cost scenario the least send lifts shape bounds (against the same
+    search with every send taken as 0) and never lowers one."""
+    model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
+    searcher, without = _Search(model, SearchOptions()), _Search(model, SearchOptions())
+    without._least_send = lambda mbs: 0.0  # type: ignore[method-assign]
+    lifted = 0
+    for stages in (2, 4, 8):
+        last = searcher._last_dp(2, stages)
+        for a, b in zip(
+            searcher.shape_bounds(2, stages, last),
+            without.shape_bounds(2, stages, last),
+            strict=True,
+        ):
+            assert a >= b
+            lifted += a > b * (1 + 1e-9)
+    assert lifted > 50
+
+
+def test_the_send_terms_by_hand() -> None:
+    """On the one-pool case (TP 1 only, 3 devices) at microbatch 1 and P = 3, from the
+    send-free terms (F_lb, the worst layer, the 2-block window, W and G = 3): F = F_lb + 4 s;
+    the static floor max(F / 3, worst + s, window + s); the lines W / 3 + s and, the inner
+    stage sending both ways, (W - 2 s) / 3 + 2 s. With ZeRO off a stage may mix TP degrees,
+    so an end stage's replicas count at the largest TP of any kind (2 on the mixed case),
+    not at the affordable one (1 at P = 3, D = 2)."""
+    model = PlanningModel(SENDS_CASES["one TP-1 pool"])
+    searcher = _Search(model, SearchOptions())
+    s = searcher._least_send(1)
+    fill, worst, work, free = searcher._terms(1, 1)
+    window = searcher._least_window(1, 1, 2)
+    assert free == 3.0 and fill == pytest.approx(work, rel=1e-12)
+    floor, static, lines, send = searcher._period_terms(1, 3, 1)
+    assert send == s and floor == pytest.approx(fill + 4 * s, rel=1e-12)
+    assert static == pytest.approx(max((fill + 4 * s) / 3, worst + s, window + s), rel=1e-12)
+    expected = [work / 3, s, (work - 2 * s) / 3, 2 * s]
+    assert [term for line in lines for term in line] == pytest.approx(expected, rel=1e-12)
+    assert len(searcher._period_terms(1, 2, 1)[2]) == 1, "two stages: both are ends"
+    mixed = _Search(PlanningModel(_sends(zero=0, quota=4, gpn=2, pools=V100_ZONE)), SearchOptions())
+    assert mixed._tp_cap(mixed.affordable_tp(3, 2)) == 1
+    s = mixed._least_send(1)
+    work, free = mixed._terms(1, 1)[2:]
+    inner = mixed._period_terms(1, 3, 1)[2][1]
+    assert list(inner) == pytest.approx([(work - 2 * s * 2) / free, 2 * s], rel=1e-12)
+
+
 ONE_PER_NODE = """\
 version: 1
 name: one-per-node

@@ -16,14 +16,17 @@ Why it is exact (with every approximation off), step by step:
    device-seconds of the model and G_eff the devices weighted by how fast each pool can be
    relative to the best (`device_work`: device-time conservation); Y_lb the cheapest ring
    over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links that
-   cross zones or regions where D replicas cannot stay inside one (`sync_bound`). Each
-   (m, P) enters the order under a bound on all its D (`range_bound`), is split into
-   ranges of D under their own bounds when reached, and its shapes are listed only when
-   their range is reached, so the order is unchanged. Cost >= that time x (D x P x least
-   TP devices at the cheapest price), and >= each layer's least TP x time x price over the
-   kinds, for ceil(B / (m D)) x D microbatches (`work_cost`), plus the device-seconds
-   every device must idle, waiting on the other stages and the sync, at the cheapest
-   price (`idle_cost`).
+   cross zones or regions where D replicas cannot stay inside one (`sync_bound`). With
+   P > 1 every boundary sends at least the least send s between any two pools, both ways in
+   the fill, and each stage's period adds its sends to its compute: F_lb gains 2 (P - 1) s,
+   each floor of S_lb gains s, and from P = 3 the device-time one 2 s less what the two end
+   stages' devices can absorb (`_period_terms`). Each (m, P) enters the order under a
+   bound on all its D (`range_bound`), is split into ranges of D under their own bounds
+   when reached, and its shapes are listed only when their range is reached, so the order
+   is unchanged. Cost >= that time x (D x P x least TP devices at the cheapest price), and
+   >= each layer's least TP x time x price over the kinds, for ceil(B / (m D)) x D
+   microbatches (`work_cost`), plus the device-seconds every device must idle, waiting on
+   the other stages, their sends and the sync, at the cheapest price (`idle_cost`).
    Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further:
    no (m, P) has more pipelines than its stages' memory lets the devices hold (`_last_dp`);
    and on one device type, for max_throughput, a shape is searched only if P stages of at
@@ -316,6 +319,10 @@ class _Search:
         self._min_tp = min((k.tp for k in model.kinds), default=1)
         self._tp_degrees = sorted({k.tp for k in model.kinds})
         self._shape_terms: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+        self._periods: dict[
+            tuple[int, int, int], tuple[float, float, tuple[tuple[float, float], ...], float]
+        ] = {}
+        self._least_sends: dict[int, float] = {}
         self._shape_lists: dict[tuple[int, int], list[float]] = {}
         self._work_costs: dict[int, float] = {}
         self._shape_best: float | None = None
@@ -582,7 +589,6 @@ class _Search:
         break the budget or the throughput floor gets an infinite one."""
         model = self.model
         total = model.batch // mbs
-        blocks = -(-model.blocks // stages)
         throughput = self.objective == "max_throughput"
         unit = stages * self._min_tp * self._cheapest
         floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
@@ -592,31 +598,36 @@ class _Search:
         # the terms depend on D only through the largest affordable TP degree (`affordable_tp`),
         # which never grows with D: recomputed only when it falls below the current one
         cap = -1
-        fill = static = per_dp = 0.0
+        fill = static = send = 0.0
+        lines: tuple[tuple[float, float], ...] = ()
         for dp in range(first, last + 1):
             max_tp = (devices - reserved * dp) // dp
             if max_tp < cap or cap < 0:
                 cap = self._tp_cap(max_tp)
-                fill, worst_layer, work, free = self._terms(mbs, max_tp)
-                static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
-                per_dp = work / free if free > 0 else 0.0
-            straggler = per_dp * dp if per_dp * dp > static else static
+                fill, static, lines, send = self._period_terms(mbs, stages, max_tp)
+            straggler = static
+            for slope, at_zero in lines:
+                if slope * dp + at_zero > straggler:
+                    straggler = slope * dp + at_zero
             slots = -(-total // dp)
             t = fill + (slots - 1) * straggler
-            # every pipeline's devices are paid for ceil(T / D) microbatches' work
+            # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
+            # wait at least the least send in each of the other slots, and on the others'
+            # sends in the fill: sum_i (F - t_i) = (P - 1) F + 2 sum_i s_i
             paid = floor * (slots * dp / total) if floor else 0.0
+            waits = (slots - 1 + 2 * (stages - 1) / stages) * send
             # already beaten without the sync: a weaker bound will do, and saves the rings
             early = (
                 t
                 if throughput
-                else max(t * dp * unit, paid + self.idle_cost(stages, dp, fill, 0.0))
+                else max(t * dp * unit, paid + self.idle_cost(stages, dp, fill, waits))
             )
             if early > incumbent:
                 bounds.append(early)
                 continue
             sync = self.sync_bound(stages, dp)
             t += sync
-            idle = self.idle_cost(stages, dp, fill, sync) if floor else 0.0
+            idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
             cost = max(t * dp * unit, paid + idle)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
@@ -643,6 +654,51 @@ class _Search:
             window = min(self._window((k.index,), mbs, blocks) for k in kinds)
             self._least_windows[key] = window
         return window
+
+    def _period_terms(
+        self, mbs: int, stages: int, max_tp: int
+    ) -> tuple[float, float, tuple[tuple[float, float], ...], float]:
+        """(F_lb, the straggler floor that does not depend on D, lines (a, b) with S >= a D +
+        b, the least send s) of P stages with TP at most `max_tp`, for `shape_bounds` and
+        `range_bound`. With P > 1 every stage sends to a neighbour and each of the P - 1
+        boundaries is crossed both ways in the fill, so F >= F_lb + 2 (P - 1) s and S >= t_i
+        + s on every stage: S >= F / P, the worst layer + s, the ceil(L / P)-block window +
+        s. Device-time conservation over t_i <= S - sends_i: with g_i the sigma-weighted
+        devices of stage i (`device_work`), S x sum g_i >= D x W + sum g_i x sends_i, and
+        sum g_i <= G_eff, so S >= D x W / G_eff + s. From P = 3 on, the inner stages send
+        both ways and each end stage holds at most D x TP_max sigma-weighted devices (sigma
+        <= 1, TP_max the largest TP of any kind: one replica may take more than the
+        affordable TP where a stage mixes TP degrees), so sum g_i x sends_i >= s (2 sum g_i
+        - 2 D TP_max), and where W > 2 s TP_max also S >= D (W - 2 s TP_max) / G_eff + 2 s
+        (falling in sum g_i, so least at G_eff)."""
+        tp = self._tp_cap(max_tp)
+        terms = self._periods.get((mbs, stages, tp))
+        if terms is None:
+            fill, worst_layer, work, free = self._terms(mbs, max_tp)
+            send = self._least_send(mbs) if stages > 1 else 0.0
+            fill += 2 * (stages - 1) * send
+            blocks = -(-self.model.blocks // stages)
+            window = self._least_window(mbs, max_tp, blocks)
+            static = max(fill / stages, worst_layer + send, window + send)
+            lines: tuple[tuple[float, float], ...] = ()
+            if free > 0:
+                lines = ((work / free, send),)
+                inner = work - 2 * send * self._tp_degrees[-1]
+                if stages > 2 and inner > 0:
+                    lines += ((inner / free, 2 * send),)
+            terms = (fill, static, lines, send)
+            self._periods[mbs, stages, tp] = terms
+        return terms
+
+    def _least_send(self, mbs: int) -> float:
+        """The least time a microbatch's activations take between any two pools (one pool
+        with itself included): every boundary's s_i is at least this."""
+        send = self._least_sends.get(mbs)
+        if send is None:
+            pools = sorted({k.pool for k in self.model.kinds})
+            send = min((self.model.send(a, b, mbs) for a in pools for b in pools), default=0.0)
+            self._least_sends[mbs] = send
+        return send
 
     def _terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
         """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
@@ -814,8 +870,8 @@ class _Search:
             limit = self.time_cap
         if limit == math.inf:
             return True
-        fill = self._terms(mbs, self.affordable_tp(stages, dp))[0]
-        ceiling = (limit - fill - self.sync_bound(stages, dp)) / m1
+        fill, _, _, send = self._period_terms(mbs, stages, self.affordable_tp(stages, dp))
+        ceiling = (limit - fill - self.sync_bound(stages, dp)) / m1 - send
         return self._cover.may_run_under(mbs, stages, dp, ceiling)
 
     def _groups(self) -> list[tuple[float, int, int]]:
@@ -896,16 +952,16 @@ class _Search:
         if last < first:
             return math.inf
         total = self.model.batch // mbs
-        max_tp = self.affordable_tp(stages, first)
-        fill, worst_layer, work, free = self._terms(mbs, max_tp)
-        blocks = -(-self.model.blocks // stages)
-        static = max(fill / stages, worst_layer, self._least_window(mbs, max_tp, blocks))
-        per_dp = work / free if free > 0 else 0.0
+        fill, static, lines, send = self._period_terms(
+            mbs, stages, self.affordable_tp(stages, first)
+        )
         t = (
             fill
             + max(
-                max(0.0, total / last - 1) * max(static, per_dp * last),
-                (-(-total // last) - 1) * max(static, per_dp * first),
+                max(0.0, total / last - 1)
+                * max(static, *(slope * last + at_zero for slope, at_zero in lines)),
+                (-(-total // last) - 1)
+                * max(static, *(slope * first + at_zero for slope, at_zero in lines)),
             )
             + self._range_sync(stages, first)
         )
@@ -917,7 +973,9 @@ class _Search:
         device_time = min(
             first * fill + (total - first) * static, last * fill + (total - last) * static
         )
-        paid = self.work_cost(mbs) + self.idle_cost(stages, first, fill, 0.0)
+        # D x (ceil(T / D) - 1) >= T - D slots of waiting at least the least send
+        waits = self._cheapest * self._min_tp * stages * send * max(0, total - last)
+        paid = self.work_cost(mbs) + self.idle_cost(stages, first, fill, 0.0) + waits
         cost = max(device_time * unit, paid)
         if self.budget is not None and cost > self.budget:
             return math.inf
@@ -1137,18 +1195,17 @@ class _Search:
 
     def profiles(self, mbs: int, stages: int, dp: int) -> None:
         """`kind-profiles`: a profile is a slower option on the first n stages and a faster
-        one on the rest (n = P: one option). The shape is dropped at once when its capacity
-        and window bounds (or its cost floor) cannot beat the incumbent. Each profile then
-        gets a lower bound: the fill of every layer on the faster of its options plus its
-        own sends both ways; (m - 1) times its straggler floor, the larger of
-        (W + sends / speed) / sum_i(1 / speed_i) and the least ceil(L / P)-block window;
-        the rings of its widest, first and last stage; for min_cost its least rental rate
-        and egress. The feasible n of a pair come from the quotas and the incumbent in
-        closed form. The profiles are then split (`min_max_split`), timed, and scored in
-        order of that bound, stopping at the first that cannot beat the incumbent (module
-        docstring)."""
+        one on the rest (n = P: one option). The shape is dropped at once when its fill with
+        the least sends and its least straggler (`_least_straggler`), or its cost floor,
+        cannot beat the incumbent. Each profile then gets a lower bound: the fill of every
+        layer on the faster of its options plus its own sends both ways; (m - 1) times its
+        straggler floor, the larger of (W + sends / speed) / sum_i(1 / speed_i) and the
+        least ceil(L / P)-block window; the rings of its widest, first and last stage; for
+        min_cost its least rental rate and egress. The feasible n of a pair come from the
+        quotas and the incumbent in closed form. The profiles are then split
+        (`min_max_split`), timed, and scored in order of that bound, stopping at the first
+        that cannot beat the incumbent (module docstring)."""
         model = self.model
-        speed, _ = self._option_speeds(mbs)
         m1 = -(-(model.batch // mbs) // dp) - 1
         fill_lb = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
         throughput = self.objective == "max_throughput"
@@ -1160,19 +1217,16 @@ class _Search:
         if self._zone_split()[2]:
             sync_lb = max(sync_lb, self._zone_rings(stages, dp))
         largest = -(-model.blocks // stages)
-        most = self._most_capacity(mbs, stages, dp)
-        share = self._all_share.get(mbs)
-        if share is None:
-            share = self._all_share[mbs] = self._work_share(tuple(speed), mbs)
-        narrowest = self._host_window(mbs, dp, largest)
-        if most > 0:
-            narrowest = max(narrowest, share / most)
-        if throughput and fill_lb + m1 * narrowest + sync_lb > bound:
-            return
+        if throughput:
+            sends = 2 * (stages - 1) * self._least_send(mbs)
+            straggler = self._least_straggler(mbs, stages, dp)
+            if fill_lb + sends + m1 * straggler + sync_lb > bound:
+                return
         if not self._may_win(mbs, stages, dp):
             return
         costly = not throughput or self.budget is not None
         if costly:
+            share = self._model_share(mbs)
             least_stage, least_pass = self._least_prices(mbs, dp)
             cheapest = _cost_floor(
                 fill_lb + sync_lb, m1 * share, stages, dp, least_stage, least_pass
@@ -1277,6 +1331,25 @@ class _Search:
             if self.violates(t, rate, egress) or value > self.bound():
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
+
+    def _least_straggler(self, mbs: int, stages: int, dp: int) -> float:
+        """The least straggler period of any profile of shape (m, P, D): at least the time
+        of its largest stage's ceil(L / P) blocks on the host fastest at them
+        (`_host_window`) and the model's work over the most capacity a profile may have
+        (`_most_capacity`); with P > 1 each stage also sends at least `_least_send`, which
+        its period adds to its compute."""
+        floor = self._host_window(mbs, dp, -(-self.model.blocks // stages))
+        most = self._most_capacity(mbs, stages, dp)
+        if most > 0:
+            floor = max(floor, self._model_share(mbs) / most)
+        return floor + (self._least_send(mbs) if stages > 1 else 0.0)
+
+    def _model_share(self, mbs: int) -> float:
+        """`_work_share` over every option, cached."""
+        share = self._all_share.get(mbs)
+        if share is None:
+            share = self._all_share[mbs] = self._work_share(tuple(self._option_speeds(mbs)[0]), mbs)
+        return share
 
     def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[_Pair]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
