@@ -1354,17 +1354,12 @@ class _Search:
     def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[_Pair]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
         what its profiles' bounds need and does not depend on P (`_Pair`); with `alone`,
-        the one-option rows only (a single stage has no room for two). For time, the
+        the one-option rows only (a single stage has no room for two), built on their own:
+        shapes of one stage come at many D that no deeper shape reads. For time, the
         pairs that fit the most stages come first, so a shape of P stages reads only the
         rows that may fit P; for cost, the least W x pass price first, so a shape stops at
         the first row whose cost floor is sure to exceed the incumbent's (`profiles`)."""
-        if alone:
-            single = self._pair_tables.get((mbs, dp, True))
-            if single is None:
-                single = [row for row in self._pairs(mbs, dp) if row.slow == row.fast]
-                self._pair_tables[mbs, dp, True] = single
-            return single
-        key = (mbs, dp, False)
+        key = (mbs, dp, alone)
         pairs = self._pair_tables.get(key)
         if pairs is None:
             hosts = self._hosts(mbs, dp)
@@ -1373,6 +1368,8 @@ class _Search:
             make = tuple.__new__
             for row, sizes in self._pair_rows_sized(mbs):
                 slow, fast = row[0], row[1]
+                if alone and slow != fast:
+                    continue
                 part_s, part_f = at_dp.get(slow), at_dp.get(fast)
                 if part_s is None or part_f is None:
                     continue
