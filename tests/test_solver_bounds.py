@@ -662,7 +662,8 @@ def test_shallow_shapes_of_least_bound_come_first_then_every_shape_in_bound_orde
     zoned = "kind-profiles" in approximations and model.spec.objective == "max_throughput"
     value: dict[tuple[int, int, int], float] = {}
     for _, mbs, stages in oracle._groups():
-        for dp, bound in enumerate(oracle._bounds_of(mbs, stages), start=1):
+        every = oracle.shape_bounds(mbs, stages, oracle._last_dp(mbs, stages))
+        for dp, bound in enumerate(every, start=1):
             if bound < math.inf:
                 excess = oracle._ring_excess(stages, dp) if zoned else 0.0
                 value[mbs, stages, dp] = bound + excess

@@ -323,7 +323,6 @@ class _Search:
             tuple[int, int, int], tuple[float, float, tuple[tuple[float, float], ...], float]
         ] = {}
         self._least_sends: dict[int, float] = {}
-        self._shape_lists: dict[tuple[int, int], list[float]] = {}
         self._work_costs: dict[int, float] = {}
         self._shape_best: float | None = None
         """The best objective found in the shape being searched (`shape`)."""
@@ -907,17 +906,10 @@ class _Search:
         self, mbs: int, stages: int, first: int = 1, last: int | None = None
     ) -> list[tuple[float, int, int, int]]:
         """(bound, m, P, D) for the shapes of (m, P) with a finite bound, D = first..last
-        (every D its memory allows, by default); from the bounds of every D where the zone
-        stripes listed them already."""
-        cached = self._shape_lists.get((mbs, stages))
+        (every D its memory allows, by default)."""
         if last is None:
-            cached = self._bounds_of(mbs, stages)
-            last = len(cached)
-        bounds = (
-            cached[first - 1 : last]
-            if cached is not None
-            else self.shape_bounds(mbs, stages, last, first)
-        )
+            last = self._last_dp(mbs, stages)
+        bounds = self.shape_bounds(mbs, stages, last, first)
         return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=first) if lb < math.inf]
 
     def _ring_excess(self, stages: int, dp: int) -> float:
@@ -928,16 +920,6 @@ class _Search:
         if ring == 0.0:
             return 0.0
         return max(0.0, ring - self.sync_bound(stages, dp))
-
-    def _bounds_of(self, mbs: int, stages: int) -> list[float]:
-        """`shape_bounds` of (m, P) at every D, cached: the zone stripes and the main pass
-        both read them. A bound left without its sync for an incumbent stays above every
-        later, better one, so the cache never needs redoing."""
-        bounds = self._shape_lists.get((mbs, stages))
-        if bounds is None:
-            bounds = self.shape_bounds(mbs, stages, self._last_dp(mbs, stages))
-            self._shape_lists[mbs, stages] = bounds
-        return bounds
 
     def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:
         """A lower bound on `shape_bounds(mbs, stages, last, first)` at every D, in O(1):
@@ -1011,9 +993,10 @@ class _Search:
         the best such plan is 22% faster than the best profile. Per region, device and TP,
         and per (m, P): the largest D whose zones hold P stages of D x TP devices, the
         stages laid out zone by zone (largest quota first, each as many as it holds), split
-        by `min_max_split`, in order of their group bound (`range_bound`), skipping those
-        whose shape bound cannot beat the incumbent (and regions lacking a pool the search
-        must use: a leaf renting none of it is thrown away). They are real candidates, so
+        by `min_max_split` (which finds none where memory cannot hold the D), in order of
+        their group bound (`range_bound`), skipping those whose shape bound at their D
+        cannot beat the incumbent (and regions lacking a pool the search must use: a leaf
+        renting none of it is thrown away). They are real candidates, so
         they only tighten the bound the profiles are then searched with."""
         model = self.model
         groups: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
@@ -1031,7 +1014,7 @@ class _Search:
             for mbs in model.microbatch_sizes():
                 for stages in range(1, model.blocks + 1):
                     dp = self._stripe_width(mbs, stages, tp, [-room for room, _ in members])
-                    last = self._last_dp(mbs, stages)
+                    last = self._dp_cap(mbs, stages)
                     if not 1 <= dp <= last:
                         continue
                     layout: list[Option] = []
@@ -1043,7 +1026,7 @@ class _Search:
         for group, mbs, stages, dp, sequence in seeds:
             if group > self.bound():
                 break
-            if self._bounds_of(mbs, stages)[dp - 1] > self.bound():
+            if self.shape_bounds(mbs, stages, dp, dp)[0] > self.bound():
                 continue
             self._check_limits()
             m1 = -(-(model.batch // mbs) // dp) - 1
