@@ -411,10 +411,10 @@ def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None
 
 
 def test_the_least_send_is_the_fastest_pool_pair() -> None:
-    """Hand-computed on the mixed case: the activations of a microbatch (m x 512 tokens x
-    512 hidden x 2 bytes) cross the 1 Gbps zone link of pool a with itself, 20 us, the least
-    of the four pool pairs (a-b and b-b go over 1 Gbps with 1 ms, or the zone's own link).
-    One stage sends nothing."""
+    """Hand-computed on the mixed case: the least of the four pool pairs sends a
+    microbatch's activations (m x 512 tokens x 512 hidden x 2 bytes) over a zone's own
+    1 Gbps link with 20 us latency; between the zones it is 1 Gbps with 1 ms. One stage
+    sends nothing."""
     model = PlanningModel(SENDS_CASES["mixed TP in a stage"])
     searcher = _Search(model, SearchOptions())
     for mbs in (1, 2, 4):

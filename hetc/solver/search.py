@@ -996,8 +996,8 @@ class _Search:
         by `min_max_split` (which finds none where memory cannot hold the D), in order of
         their group bound (`range_bound`), skipping those whose shape bound at their D
         cannot beat the incumbent (and regions lacking a pool the search must use: a leaf
-        renting none of it is thrown away). They are real candidates, so
-        they only tighten the bound the profiles are then searched with."""
+        renting none of it is thrown away). They are real candidates, so they only tighten
+        the bound the profiles are then searched with."""
         model = self.model
         groups: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
         for kind in model.kinds:
