@@ -271,3 +271,64 @@ def test_last_true_is_the_last_value_that_holds() -> None:
             for point in range(-1, 13):
                 expected = max([v for v in range(lo + 1, hi + 1) if v <= point], default=lo)
                 assert cover.last_true(lo, hi, lambda v, p=point: v <= p) == expected
+
+
+@pytest.mark.parametrize("name", ["gptneo-128a100", "opt350m-floor"])
+def test_class_times_are_stage_times_at_each_position(name: str) -> None:
+    """`class_times` (read through `span_times`, one table lookup per kind) equals, to the
+    bit, `stage_time` at every run of blocks: from the token table, the least over the
+    starts of a middle stage (GPT-Neo alternates global and local attention, so the start
+    matters), and ending with the head."""
+    report = check_file(BENCH / f"{name}.yaml")
+    assert report.spec is not None
+    model = PlanningModel(report.spec)
+    check = _Search(model, SearchOptions())._cover
+    blocks = model.blocks
+    period = len(model.arch.attention_pattern)
+    for mbs in model.microbatch_sizes()[:2]:
+        for kind in range(len(model.kinds)):
+            first, middle, last = check.class_times(mbs, kind)
+            spans = [(0, blocks + 2), (3, 7), (blocks, blocks + 1)]
+            assert model.span_times(kind, mbs, spans) == [
+                model.stage_time(kind, mbs, a, b)[0] for a, b in spans
+            ]
+            for b in range(1, blocks + 1):
+                assert first[b - 1] == model.stage_time(kind, mbs, 0, b + 1)[0]
+                assert last[b - 1] == model.stage_time(kind, mbs, blocks + 1 - b, blocks + 2)[0]
+                starts = range(1, max(1, min(period, blocks + 1 - b)) + 1)
+                assert middle[b - 1] == min(
+                    model.stage_time(kind, mbs, x, x + b)[0] for x in starts
+                )
+
+
+@pytest.mark.parametrize(
+    "name", ["gptneo-128a100", "gptneo-32a100-96v100", "opt350m-floor", "opt350m-5zones"]
+)
+def test_the_memory_caps_shortcut_gives_the_full_covers_answer(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`most_pipelines` skips the reach rows where the lightest kind holds ceil(L / P)
+    blocks at every position (`_holds_share`). Its cap must equal the full cover's for every
+    (m, P), and the shortcut must be taken for some (m, P) and refused for others."""
+    report = check_file(BENCH / f"{name}.yaml")
+    assert report.spec is not None
+    model = PlanningModel(report.spec)
+    fast = _Search(model, SearchOptions())
+    full = _Search(model, SearchOptions())
+    taken = []
+    shortcut = StageCover._holds_share
+
+    def recorded(self: StageCover, *args: int) -> bool:
+        held = shortcut(self, *args)
+        taken.append(held)
+        return held
+
+    caps = {}
+    monkeypatch.setattr(StageCover, "_holds_share", recorded)
+    for mbs in model.microbatch_sizes():
+        for stages in range(1, model.blocks + 1):
+            caps[mbs, stages] = fast._last_dp(mbs, stages)
+    monkeypatch.setattr(StageCover, "_holds_share", lambda self, *args: False)
+    for (mbs, stages), cap in caps.items():
+        assert cap == full._last_dp(mbs, stages), (mbs, stages)
+    assert True in taken and False in taken
