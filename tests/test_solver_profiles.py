@@ -18,7 +18,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 
 import pytest
 from oracles.instances import binding_instance, random_instance
@@ -28,7 +30,7 @@ from hetc.catalog import ModelArchitecture
 from hetc.costmodel.compute import ComputeModel
 from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.costmodel.profile import LayerProfile
-from hetc.schema import Spec, check_text
+from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SearchOptions, search
 
 SEEDS = range(48)
@@ -603,3 +605,49 @@ def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
                 assert all(floor <= ring * (1 + 1e-12) for ring in paid), (stages, dp)
                 binding += 0 < floor < math.inf and bool(paid)
     assert binding
+
+
+def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
+    """For cost `_pairs` builds its rows as they are read (`_BuiltAsRead`). Read whole, a
+    table must be the one built at once: every pair of options that host a stage at D and
+    fit one, with its rings at D, ordered by W x pass price, ties in the order of the
+    pair rows. The whole tables come from the same search with the objective read as
+    time (which builds them at once) and are sorted here."""
+    floor = check_file(Path(__file__).parent.parent / "bench/scenarios/opt350m-floor.yaml").spec
+    assert floor is not None
+    for spec in (_zones("min_cost", text=TWINS), _zones("min_cost"), floor):
+        model = PlanningModel(spec)
+        options = SearchOptions(approximations=PROFILES)
+        lazy = search_module._Search(model, options)
+        assert lazy.objective == "min_cost"
+        whole = search_module._Search(model, options)
+        whole.objective = "max_throughput"
+        checked = 0
+        for mbs in model.microbatch_sizes():
+            order = {(r.slow, r.fast): i for i, (r, _) in enumerate(whole._pair_rows_sized(mbs))}
+            for dp in (1, 2, 3, 4, 6, 8, 16):
+                for alone in (False, True):
+                    rows = list(whole._pairs(mbs, dp, alone))
+                    rows.sort(key=lambda r: (r.share * r.per_pass, order[r.slow, r.fast]))
+                    assert list(lazy._pairs(mbs, dp, alone)) == rows, (mbs, dp, alone)
+                    assert all(r.most_stages >= 1 for r in rows)
+                    checked += len(rows)
+        assert checked > 50, spec.name
+
+
+def test_a_table_built_as_read_draws_only_what_is_read() -> None:
+    """A reader that stops after three rows draws three from the source; the next reader
+    sees them again, then the rest; a third draws nothing new."""
+    drawn = []
+
+    def source() -> Iterator[int]:
+        for row in range(7):
+            drawn.append(row)
+            yield row
+
+    table = search_module._BuiltAsRead(source())  # type: ignore[arg-type]
+    assert list(itertools.islice(table, 3)) == [0, 1, 2]
+    assert drawn == [0, 1, 2]
+    assert list(table) == list(range(7))
+    assert list(table) == list(range(7))
+    assert drawn == list(range(7))

@@ -253,6 +253,31 @@ class _Pair(NamedTuple):
     (`_most_stages`)."""
 
 
+class _BuiltAsRead:
+    """A table read from the top that builds its rows only as far as it is read: a reader
+    goes over the rows built so far, then draws new ones from the source."""
+
+    __slots__ = ("_built", "_source")
+
+    def __init__(self, source: Iterator[_Pair]) -> None:
+        self._built: list[_Pair] = []
+        self._source = source
+
+    def __iter__(self) -> Iterator[_Pair]:
+        built = self._built
+        at = 0
+        while True:
+            if at < len(built):
+                yield built[at]
+            else:
+                row = next(self._source, None)
+                if row is None:
+                    return
+                built.append(row)
+                yield row
+            at += 1
+
+
 def _most_stages(dp: int, same: bool, sizes: tuple[int, int, int, int, int]) -> int:
     """At least the largest P for which `_Search._run_lengths` has some n, from the pair's
     `_Search._pair_sizes`: its conditions at the n that favours each (n stages of the slow
@@ -347,6 +372,8 @@ class _Search:
         self._pair_tables: dict[tuple[int, int, bool], list[_Pair]] = {}
         self._pair_constants: dict[int, list[_Pair]] = {}
         self._sized_rows: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
+        self._cost_ordered: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
+        self._cost_tables: dict[tuple[int, int, bool], _BuiltAsRead] = {}
         self._all_share: dict[int, float] = {}
         """`_work_share` of every option, by microbatch size."""
         self._host_windows: dict[tuple[int, int, int], float] = {}
@@ -1334,15 +1361,24 @@ class _Search:
             share = self._all_share[mbs] = self._work_share(tuple(self._option_speeds(mbs)[0]), mbs)
         return share
 
-    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[_Pair]:
+    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> Iterable[_Pair]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
         what its profiles' bounds need and does not depend on P (`_Pair`); with `alone`,
         the one-option rows only (a single stage has no room for two), built on their own:
         shapes of one stage come at many D that no deeper shape reads. For time, the
         pairs that fit the most stages come first, so a shape of P stages reads only the
         rows that may fit P; for cost, the least W x pass price first, so a shape stops at
-        the first row whose cost floor is sure to exceed the incumbent's (`profiles`)."""
+        the first row whose cost floor is sure to exceed the incumbent's (`profiles`). That
+        order does not depend on D, so for cost a table is built only as far as a shape
+        reads it (`_BuiltAsRead`): the scans of the bench's min-cost scenario read a third
+        of their rows. Every row fits a stage (`_most_stages` >= 1): each option hosts one,
+        and two together fit whichever is wider."""
         key = (mbs, dp, alone)
+        if self.objective == "min_cost":
+            table = self._cost_tables.get(key)
+            if table is None:
+                table = self._cost_tables[key] = _BuiltAsRead(self._cost_rows(mbs, dp, alone))
+            return table
         pairs = self._pair_tables.get(key)
         if pairs is None:
             hosts = self._hosts(mbs, dp)
@@ -1357,15 +1393,34 @@ class _Search:
                 if part_s is None or part_f is None:
                     continue
                 most = _most_stages(dp, slow == fast, sizes)
-                if most:
-                    dp_part = (part_s[0], part_f[0], part_s[1], part_f[1], most)
-                    pairs.append(make(_Pair, row[:14] + dp_part))
-            if self.objective == "min_cost":
-                pairs.sort(key=lambda row: row.share * row.per_pass)
-            else:
-                pairs.sort(key=lambda row: -row.most_stages)
+                dp_part = (part_s[0], part_f[0], part_s[1], part_f[1], most)
+                pairs.append(make(_Pair, row[:14] + dp_part))
+            pairs.sort(key=lambda row: -row.most_stages)
             self._pair_tables[key] = pairs
         return pairs
+
+    def _cost_rows(self, mbs: int, dp: int, alone: bool) -> Iterator[_Pair]:
+        """The rows of `_pairs` at (m, D) for cost, in its order, each built when read:
+        the rows of every pair at m sorted once by W x pass price (stably, so ties keep the
+        order a sort of each table gave them), those whose options host a stage at D and
+        fit a stage, with their rings at D."""
+        ordered = self._cost_ordered.get(mbs)
+        if ordered is None:
+            ordered = sorted(self._pair_rows_sized(mbs), key=lambda r: r[0].share * r[0].per_pass)
+            self._cost_ordered[mbs] = ordered
+        hosts = set(self._hosts(mbs, dp))
+        at_dp: dict[Option, tuple[float, float]] = {}
+        make = tuple.__new__
+        for row, sizes in ordered:
+            slow, fast = row[0], row[1]
+            if (alone and slow != fast) or slow not in hosts or fast not in hosts:
+                continue
+            for option in (slow, fast):
+                if option not in at_dp:
+                    at_dp[option] = (self._block_ring(option, dp), self._block_egress(option, dp))
+            part_s, part_f = at_dp[slow], at_dp[fast]
+            most = _most_stages(dp, slow == fast, sizes)
+            yield make(_Pair, (*row[:14], part_s[0], part_f[0], part_s[1], part_f[1], most))
 
     def _pair_rows_sized(self, mbs: int) -> list[tuple[_Pair, tuple[int, int, int, int, int]]]:
         """`_pair_rows`, each with its `_pair_sizes`: the tables of `_pairs` are rebuilt
