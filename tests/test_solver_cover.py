@@ -308,7 +308,7 @@ def test_the_memory_caps_shortcut_gives_the_full_covers_answer(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`most_pipelines` skips the reach rows where the lightest kind holds ceil(L / P)
-    blocks at every position (`_holds_share`). Its cap must equal the full cover's for every
+    blocks at every position (`holds_share`). Its cap must equal the full cover's for every
     (m, P), and the shortcut must be taken for some (m, P) and refused for others."""
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
@@ -316,7 +316,7 @@ def test_the_memory_caps_shortcut_gives_the_full_covers_answer(
     fast = _Search(model, SearchOptions())
     full = _Search(model, SearchOptions())
     taken = []
-    shortcut = StageCover._holds_share
+    shortcut = StageCover.holds_share
 
     def recorded(self: StageCover, *args: int) -> bool:
         held = shortcut(self, *args)
@@ -324,11 +324,11 @@ def test_the_memory_caps_shortcut_gives_the_full_covers_answer(
         return held
 
     caps = {}
-    monkeypatch.setattr(StageCover, "_holds_share", recorded)
+    monkeypatch.setattr(StageCover, "holds_share", recorded)
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
             caps[mbs, stages] = fast._last_dp(mbs, stages)
-    monkeypatch.setattr(StageCover, "_holds_share", lambda self, *args: False)
+    monkeypatch.setattr(StageCover, "holds_share", lambda self, *args: False)
     for (mbs, stages), cap in caps.items():
         assert cap == full._last_dp(mbs, stages), (mbs, stages)
     assert True in taken and False in taken

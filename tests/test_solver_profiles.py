@@ -110,6 +110,31 @@ REGIONS = _one_pool_zones(
 over the wider TP of one, avoid the largest ring across zones."""
 
 
+MEMORY = """\
+version: 1
+name: memory
+model:
+  architecture: {layers: 12, hidden: 4096, heads: 32, ffn: 16384, vocab: 50000, max_positions: 2048}
+training: {global_batch_size: 64, seq_len: 2048, precision: fp16, zero_stage: 1}
+objective: OBJECTIVE
+CONSTRAINTS
+zones:
+  - name: a
+    region: r1
+    pools:
+      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}
+      - {device: V100-16GB, quota: 32, gpus_per_node: 4, price: 2.86 USD/h}
+network:
+  intra_zone: {bandwidth: 100Gbps, latency: 10us}
+  inter_zone: {bandwidth: 50Gbps, latency: 1ms}
+  inter_region: {bandwidth: 3.4Gbps, latency: 35ms}
+  egress_price: {inter_zone: 0.01 USD/GB, inter_region: 0.02 USD/GB}
+"""
+"""A 2.4B-parameter model on 8 A100 and 32 V100-16GB: a V100 at TP 1 holds a few of its 12
+blocks, so memory, not the quotas, decides which D a pair of options can hold
+(`_Search._profile_last`)."""
+
+
 def _spec(text: str) -> Spec:
     report = check_text(text, "case.yaml")
     assert report.spec is not None, report
@@ -139,6 +164,8 @@ def _cases() -> list[tuple[str, Spec]]:
         ("stripes, fastest", _zones("max_throughput", text=STRIPES)),
         ("stripes, budget", _zones("max_throughput", f"constraints: {{{BUDGET}}}\n", STRIPES)),
         ("regions, fastest", _zones("max_throughput", text=REGIONS)),
+        ("memory, fastest", _zones("max_throughput", text=MEMORY)),
+        ("memory, cheapest", _zones("min_cost", text=MEMORY)),
     ]
     return cases
 
@@ -146,9 +173,10 @@ def _cases() -> list[tuple[str, Spec]]:
 class _Exhaustive(search_module._Search):
     """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound
     (the searcher forgets both; the estimate at each leaf still checks them), no cost floor
-    (prices of 0), no straggler ceiling, no mirror images of identical zones left out, no pair
-    left out for missing a pool the search must use: each profile is split and scored at a
-    leaf (which still drops a candidate that rents no forced pool)."""
+    (prices of 0), no straggler ceiling, no cap on D but counting's (neither the memory
+    cap nor the profile cap), no mirror images of identical zones left out, no pair left
+    out for missing a pool the search must use: each profile is split and scored at a leaf
+    (which still drops a candidate that rents no forced pool)."""
 
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
         super().__init__(model, options)
@@ -163,6 +191,9 @@ class _Exhaustive(search_module._Search):
 
     def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
         return math.inf
+
+    def _last_dp(self, mbs: int, stages: int) -> int:
+        return self._dp_cap(mbs, stages)
 
     def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
         return 0.0, 0.0
@@ -651,3 +682,123 @@ def test_a_table_built_as_read_draws_only_what_is_read() -> None:
     assert list(table) == list(range(7))
     assert list(table) == list(range(7))
     assert drawn == list(range(7))
+
+
+def _holds_some_profile(searcher: search_module._Search, mbs: int, stages: int, dp: int) -> bool:
+    """Whether some pair of options has a run length whose stages fit memory: one greedy
+    fill with no time limit (`min_max_split` with an infinite floor fills once)."""
+    options = searcher._option_speeds(mbs)[1]
+    for slow, fast in itertools.combinations_with_replacement(options, 2):
+        for n in searcher._run_lengths(slow, fast, stages, dp):
+            sequence = (slow,) * n + (fast,) * (stages - n)
+            if searcher.min_max_split(sequence, mbs, dp, math.inf) is not None:
+                return True
+    return False
+
+
+def test_the_profile_cap_leaves_out_only_shapes_without_a_profile() -> None:
+    """Above `_profile_last` no pair of options can hold the shape's stages, checked D by D
+    up to what counting allows; the cap cuts below the memory cap of the stage cover
+    (which lets a stage mix devices) and is met exactly somewhere, so it is no bare count."""
+    for objective in ("max_throughput", "min_cost"):
+        searcher = search_module._Search(
+            PlanningModel(_zones(objective, text=MEMORY)), SearchOptions(approximations=PROFILES)
+        )
+        model = searcher.model
+        tighter = exact = 0
+        for mbs in model.microbatch_sizes():
+            for stages in range(1, model.blocks + 1):
+                top = searcher._dp_cap(mbs, stages)
+                cap = searcher._profile_last(mbs, stages, top)
+                held = [
+                    dp for dp in range(1, top + 1) if _holds_some_profile(searcher, mbs, stages, dp)
+                ]
+                assert all(dp <= cap for dp in held), (mbs, stages, cap, held)
+                cover = searcher._cover.most_pipelines(mbs, stages, top)
+                tighter += cap < cover
+                exact += bool(held) and held[-1] == cap < cover
+        assert tighter >= 10 and exact >= 3, (tighter, exact)
+
+
+def test_reach_sums_add_up_each_stages_reach() -> None:
+    """`_reach_sums` read as `_profile_last` reads them equal the sums of each stage's
+    `memory_reach` (at the most lenient D and its in-flight count rounded down to a power
+    of two), with -NO_ROOM for a stage that holds no block, for every P and split n."""
+    searcher = search_module._Search(
+        PlanningModel(_zones("max_throughput", text=MEMORY)), SearchOptions(approximations=PROFILES)
+    )
+    model = searcher.model
+    blocks = model.blocks
+    empty = 0
+    for mbs in model.microbatch_sizes():
+        for kind in range(len(model.kinds)):
+            for flights in (1, 2, 3, 5, 8, 64):
+                first, middle, last = searcher._reach_sums(kind, mbs, flights)
+                for stages in range(2, blocks + 1):
+                    reach = [
+                        _lenient_reach(searcher, kind, mbs, stages, i, flights)
+                        for i in range(stages)
+                    ]
+                    reach = [most if most >= 1 else -search_module.NO_ROOM for most in reach]
+                    empty += min(reach) < 0
+                    for n in range(1, stages):
+                        rest = stages - 1 - n
+                        assert first[stages] + middle[stages - 2] - middle[rest] == sum(reach[:n])
+                        assert middle[rest] + last == sum(reach[n:])
+    assert empty
+
+
+def _lenient_reach(
+    searcher: search_module._Search, kind: int, mbs: int, stages: int, i: int, flights: int
+) -> int:
+    """The most blocks `kind` holds as stage i of P, where memory is most lenient for every
+    D with at least `flights` microbatches per pipeline: D = B / m rounded up to a power of
+    two, and min(P - i, flights) in flight, rounded down to a power of two."""
+    model = searcher.model
+    lenient = 1 << (model.batch // mbs - 1).bit_length()
+    if stages == 1:
+        return model.blocks if searcher._cover.holds_whole(mbs, kind, lenient) else 0
+    at = 0 if i == 0 else 2 if i == stages - 1 else 1
+    flight = max(1, min(stages - i, flights))
+    return searcher._cover.memory_reach(mbs, kind, at, 1 << (flight.bit_length() - 1), lenient)
+
+
+def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
+    """`_profile_last` against its definition, D by D: the largest D <= the count cap at
+    which some pair of options has a run length (`_run_lengths`) whose stages' reaches
+    (`memory_reach` at the most lenient D and in-flight count, each at least one block)
+    add up to the model's blocks."""
+    exact_sums = 0
+    for text in (MEMORY, ZONES, TWINS):
+        searcher = search_module._Search(
+            PlanningModel(_zones("max_throughput", text=text)),
+            SearchOptions(approximations=PROFILES),
+        )
+        model = searcher.model
+        blocks = model.blocks
+        for mbs in model.microbatch_sizes():
+            for stages in range(1, blocks + 1):
+                top = searcher._dp_cap(mbs, stages)
+                flights = -(-(model.batch // mbs) // max(1, top))
+                expected = 0
+                for dp in range(1, top + 1):
+                    # slowest first: a profile's slow option takes its first stages
+                    for slow, fast in itertools.combinations_with_replacement(
+                        searcher._option_speeds(mbs)[1], 2
+                    ):
+                        for n in searcher._run_lengths(slow, fast, stages, dp):
+                            held = [
+                                _lenient_reach(
+                                    searcher, (slow if i < n else fast)[0], mbs, stages, i, flights
+                                )
+                                for i in range(stages)
+                            ]
+                            if min(held) >= 1 and sum(held) >= blocks:
+                                expected = dp
+                                exact_sums += sum(held) == blocks
+                assert searcher._profile_last(mbs, stages, top) == expected, (
+                    text[:30],
+                    mbs,
+                    stages,
+                )
+    assert exact_sums

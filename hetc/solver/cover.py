@@ -78,6 +78,7 @@ class StageCover:
         self._memory: dict[tuple[int, str, int, int, int, int], int] = {}
         self._reach_rows: dict[tuple[int, int, int, int], list[int]] = {}
         self._shares: dict[tuple[tuple[int, str, int, int, int, int], int], bool] = {}
+        self._wholes: dict[tuple[int, str, int, int], bool] = {}
         self.one_device = len({slot.pool.device for slot in model.pools}) == 1
         """Whether every pool holds the same device type (one weighting, raw devices)."""
         self._distinct_kinds = self._distinct()
@@ -226,7 +227,7 @@ class StageCover:
         )
         return self.model.fits(kind, mbs, first, end, dp, flight)
 
-    def _holds_share(self, mbs: int, kind: int, at: int, flight: int, dp: int, count: int) -> bool:
+    def holds_share(self, mbs: int, kind: int, at: int, flight: int, dp: int, count: int) -> bool:
         """Whether `memory_reach(mbs, kind, at, flight, dp)` is at least `count`, without
         its binary search where it is not cached: whether `count` blocks fit from some start,
         within what the cached reaches of twice and half the flight already settle."""
@@ -247,6 +248,17 @@ class StageCover:
                 )
             )
             self._shares[key, count] = held
+        return held
+
+    def holds_whole(self, mbs: int, kind: int, dp: int) -> bool:
+        """Whether `kind` holds the whole model in memory over `dp` replicas (one stage, one
+        microbatch in flight), cached per device and TP like `memory_reach`."""
+        replica = self.model.kinds[kind]
+        key = (mbs, replica.device, replica.tp, dp)
+        held = self._wholes.get(key)
+        if held is None:
+            blocks = self.model.blocks
+            held = self._wholes[key] = self.model.fits(kind, mbs, 0, blocks + 2, dp, 1)
         return held
 
     def _reach_row(self, mbs: int, at: int, flight: int, dp: int) -> list[int]:
@@ -276,8 +288,7 @@ class StageCover:
         most = blocks - stages + 1
         if stages == 1:
             whole = [
-                blocks if model.fits(k, mbs, 0, blocks + 2, lenient, 1) else 0
-                for k in self._distinct_kinds
+                blocks if self.holds_whole(mbs, k, lenient) else 0 for k in self._distinct_kinds
             ]
             positions = [(1, whole)]
         else:
@@ -292,7 +303,7 @@ class StageCover:
         for index, (there, weight, order) in enumerate(self._distinct_weightings(mbs)):
             least = order[0]
             if stages > 1 and all(
-                self._holds_share(mbs, self._distinct_kinds[least], at, flight, lenient, share)
+                self.holds_share(mbs, self._distinct_kinds[least], at, flight, lenient, share)
                 for at, flight in groups
             ):
                 # the lightest kind holds ceil(L / P) blocks everywhere: the cover is its
