@@ -340,6 +340,7 @@ class _Search:
         self._lasts: dict[tuple[int, int], int] = {}
         self._room_order: list[_RoomEntry] | None = None
         self._ranks: dict[int, dict[Option, int]] = {}
+        self._shares_held: dict[tuple[object, ...], bool] = {}
         self._reach_tables: dict[tuple[object, ...], tuple[list[int], list[int], int]] = {}
         zones: dict[str, int] = {}
         regions: dict[str, int] = {}
@@ -1063,15 +1064,24 @@ class _Search:
         microbatches in flight there, where it holds the fewest; with one stage, whether
         it holds the whole model."""
         model = self.model
-        lenient = 1 << (model.batch // mbs - 1).bit_length()
-        if stages == 1:
-            return self._cover.holds_whole(mbs, kind, lenient)
-        share = -(-model.blocks // stages)
-        most = (min(stages, flights), min(stages - 1, flights), 1)
-        return all(
-            self._cover.holds_share(mbs, kind, at, 1 << (most[at].bit_length() - 1), lenient, share)
-            for at in ((0, 2) if stages == 2 else (0, 1, 2))
-        )
+        replica = model.kinds[kind]
+        key = (replica.device, replica.tp, mbs, stages, min(flights, stages))
+        held = self._shares_held.get(key)
+        if held is None:
+            lenient = 1 << (model.batch // mbs - 1).bit_length()
+            if stages == 1:
+                held = self._cover.holds_whole(mbs, kind, lenient)
+            else:
+                share = -(-model.blocks // stages)
+                most = (min(stages, flights), min(stages - 1, flights), 1)
+                held = all(
+                    self._cover.holds_share(
+                        mbs, kind, at, 1 << (most[at].bit_length() - 1), lenient, share
+                    )
+                    for at in ((0, 2) if stages == 2 else (0, 1, 2))
+                )
+            self._shares_held[key] = held
+        return held
 
     def _reach_sums(self, kind: int, mbs: int, flights: int) -> tuple[list[int], list[int], int]:
         """What `_profile_last` adds up of the most blocks `kind` holds per stage of P >= 2:
