@@ -938,12 +938,13 @@ class _Search:
         """`_dp_cap`, and no more than the stages' memory lets the devices hold: under
         `kind-profiles` with several device types, where each stage sits whole on one
         option (`_profile_last`), else as the stage cover relaxes it, letting a stage mix
-        kinds (`cover.most_pipelines`). The profile cap is the tighter on every bench
-        scenario, but with one device type it cuts no shape that the bounds keep and costs
-        more lookups than the cover's shortcut (OPT-350M on 128 A100: 0.303 M opcodes with
-        the cover, 0.385 M with the profile cap); with A100 and V100 it removes the
-        shapes whose V100 stages cannot hold their blocks (32 A100 + 96 V100 with
-        GPT-Neo-2.7B: 648 shapes searched instead of 1,137)."""
+        kinds (`cover.most_pipelines`). With one device type the profile cap was as tight
+        or tighter at every (m, P) compared (OPT-350M and GPT-Neo-2.7B on 128 A100), but
+        cut no shape that the bounds keep and cost more lookups than the cover's shortcut
+        (OPT-350M there: 0.303 M opcodes with the cover, 0.385 M with the profile cap);
+        with A100 and V100 it removes the shapes whose V100 stages cannot hold their
+        blocks (32 A100 + 96 V100 with GPT-Neo-2.7B: 648 shapes searched instead of
+        1,137)."""
         key = (mbs, stages)
         last = self._lasts.get(key)
         if last is None:
