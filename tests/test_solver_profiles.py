@@ -78,6 +78,15 @@ TWINS = ZONES.replace(
 """Zones a and b identical (mirror images of each other, `_Search._zone_swaps`), c apart."""
 
 
+def _with_zones(name: str, zones: str, replace: dict[str, str] | None = None) -> str:
+    """ZONES with another name, these zone lines, and its other text replaced as given."""
+    head, rest = ZONES.split("zones:\n")
+    head = head.replace("name: zones", f"name: {name}")
+    for old, new in (replace or {}).items():
+        head = head.replace(old, new)
+    return head + "zones:\n" + zones + "network:\n" + rest.split("network:\n")[1]
+
+
 def _one_pool_zones(name: str, zones: list[tuple[str, str, int, str]]) -> str:
     """ZONES' model and network over zones of one A100 pool each: (zone, region, quota,
     price per hour)."""
@@ -86,14 +95,7 @@ def _one_pool_zones(name: str, zones: list[tuple[str, str, int, str]]) -> str:
         f" gpus_per_node: 4, price: {price} USD/h}}]}}\n"
         for zone, region, quota, price in zones
     )
-    head, rest = ZONES.split("zones:\n")
-    return (
-        head.replace("name: zones", f"name: {name}")
-        + "zones:\n"
-        + lines
-        + "network:\n"
-        + (rest.split("network:\n")[1])
-    )
+    return _with_zones(name, lines)
 
 
 STRIPES = _one_pool_zones(
@@ -110,26 +112,20 @@ REGIONS = _one_pool_zones(
 over the wider TP of one, avoid the largest ring across zones."""
 
 
-MEMORY = """\
-version: 1
-name: memory
-model:
-  architecture: {layers: 12, hidden: 4096, heads: 32, ffn: 16384, vocab: 50000, max_positions: 2048}
-training: {global_batch_size: 64, seq_len: 2048, precision: fp16, zero_stage: 1}
-objective: OBJECTIVE
-CONSTRAINTS
-zones:
-  - name: a
-    region: r1
-    pools:
-      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}
-      - {device: V100-16GB, quota: 32, gpus_per_node: 4, price: 2.86 USD/h}
-network:
-  intra_zone: {bandwidth: 100Gbps, latency: 10us}
-  inter_zone: {bandwidth: 50Gbps, latency: 1ms}
-  inter_region: {bandwidth: 3.4Gbps, latency: 35ms}
-  egress_price: {inter_zone: 0.01 USD/GB, inter_region: 0.02 USD/GB}
-"""
+MEMORY = _with_zones(
+    "memory",
+    "  - name: a\n"
+    "    region: r1\n"
+    "    pools:\n"
+    "      - {device: A100-40GB, quota: 8, gpus_per_node: 4, price: 3.67 USD/h}\n"
+    "      - {device: V100-16GB, quota: 32, gpus_per_node: 4, price: 2.86 USD/h}\n",
+    {
+        "layers: 6, hidden: 2048, heads: 16, ffn: 8192, vocab: 32000, max_positions: 1024": (
+            "layers: 12, hidden: 4096, heads: 32, ffn: 16384, vocab: 50000, max_positions: 2048"
+        ),
+        "global_batch_size: 16, seq_len: 1024": "global_batch_size: 64, seq_len: 2048",
+    },
+)
 """A 2.4B-parameter model on 8 A100 and 32 V100-16GB: a V100 at TP 1 holds a few of its 12
 blocks, so memory, not the quotas, decides which D a pair of options can hold
 (`_Search._profile_last`)."""
