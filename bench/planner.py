@@ -35,6 +35,7 @@ Usage: python bench/planner.py [--scenario NAME ...] [--time-limit S] [--no-pert
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -47,10 +48,12 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# the checkout last: an installed hetc, compiled or not, comes first (`planner_build`)
+sys.path.append(str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from sailor_plans import SAILOR_REPORTED, sailor_plan  # noqa: E402
@@ -225,6 +228,18 @@ class Run:
         if reason and "time limit" not in reason:
             mark = f" ({reason})"
         return f"{self.result['search_seconds']:.3g}{mark}"
+
+
+def planner_build(module: ModuleType | None = None) -> str:
+    """Which build of the search the workers import (`module`, hetc.solver.search by
+    default): the C extension mypyc made of it (scripts/install-compiled.sh, setup.py) or
+    the source. The workers run this file with this interpreter, so they import the same."""
+    if module is None:
+        module = importlib.import_module("hetc.solver.search")
+    path = Path(module.__file__ or "")
+    if path.suffix == ".py":
+        return f"source ({path.name}; bash scripts/install-compiled.sh compiles it)"
+    return f"compiled by mypyc ({path.name})"
 
 
 def search(spec_path: Path, time_limit: float, **options: Any) -> Run:
@@ -645,6 +660,7 @@ def main() -> None:
         f"hetc planner bench: {len(names)} scenario(s), time limit {args.time_limit:g} s per"
         f" search, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
     )
+    print(f"planner: {planner_build()}")
     specs = {name: _load(str(SCENARIOS / f"{name}.yaml")) for name in names}
     runs = {}
     if args.cost_model != "profiles":

@@ -5,12 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${PYTHON:-python3}
-# Debian packages the tests use: git (the pre-commit hook test drives a real repository) and
-# the shellcheck package (every generated launch script must pass it). The local Slurm
-# cluster's packages are installed by scripts/slurm-local.sh when the Slurm tests start it.
+# Debian packages the tests use: git (the pre-commit hook test drives a real repository), a C
+# toolchain (tests/test_compiled.py builds the planner with mypyc) and the package of the
+# linter every generated launch script must pass, shellcheck. The local Slurm cluster's
+# packages are installed by scripts/slurm-local.sh when the Slurm tests start it.
 missing=()
 command -v git >/dev/null 2>&1 || missing+=(git)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+headers=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+[ -f "$headers/Python.h" ] || missing+=(python3-dev)
 if (( ${#missing[@]} )); then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -123,3 +124,17 @@ def test_a_repeat_below_one_is_refused() -> None:
     done = _bench("--repeat", "0")
     assert done.returncode == 2
     assert "--repeat must be at least 1" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_bench_names_the_build_it_times() -> None:
+    """The header says whether the searches ran the source or the mypyc build: the tests'
+    editable install is the source, and a module loaded from a C extension reads as
+    compiled."""
+    import planner as bench  # bench/planner.py, on the path above
+
+    done = _bench("--cost-model", "analytical")
+    assert done.returncode == 0, done.stderr
+    assert "planner: source (search.py;" in done.stdout
+    compiled = ModuleType("hetc.solver.search")
+    compiled.__file__ = "/x/hetc/solver/search.cpython-311-x86_64-linux-gnu.so"
+    assert bench.planner_build(compiled).startswith("compiled by mypyc (search.cpython-311")

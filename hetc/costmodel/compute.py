@@ -360,7 +360,7 @@ def layer_work(
         if arch.position == "learned":
             gathered += 3 * tokens * h * b  # read positions, add, write
         if e != h:
-            flops = 2 * tokens * e * h
+            flops = float(2 * tokens * e * h)
         params = v * e / t + (arch.max_positions + arch.position_offset) * h * (
             arch.position == "learned"
         )
@@ -377,7 +377,7 @@ def layer_work(
         )
         bwd = PassWork(2 * flops, 2 * gathered)
     elif kind == "norm":
-        params = 2 * h if arch.norm == "layernorm" else h
+        params = float(2 * h if arch.norm == "layernorm" else h)
         fwd = PassWork(0.0, norm_bytes, chain="norm", chain_elements=tokens * h)
         bwd = PassWork(0.0, 2 * norm_bytes, chain="norm", chain_elements=tokens * h)
     else:

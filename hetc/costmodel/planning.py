@@ -473,7 +473,7 @@ class PlanningModel:
         sends = [self.send_between(used[i], used[i + 1], mbs) for i in range(stages - 1)]
         padded = [0.0, *sends, 0.0]
         straggler = max(t[i] + padded[i] + padded[i + 1] for i in range(stages))
-        fill = sum(t) + 2 * sum(sends)
+        fill = sum(t, 0.0) + 2 * sum(sends, 0.0)
         worst_sync = max(sync)
         total = fill + (self.microbatches(shape) - 1) * straggler + worst_sync
         return straggler, fill, worst_sync, total
@@ -552,8 +552,11 @@ class PlanningModel:
 
     def rental_rate(self, nodes: Sequence[int]) -> float:
         return sum(
-            n * slot.pool.gpus_per_node * slot.pool.price
-            for n, slot in zip(nodes, self.pools, strict=True)
+            (
+                n * slot.pool.gpus_per_node * slot.pool.price
+                for n, slot in zip(nodes, self.pools, strict=True)
+            ),
+            0.0,
         )
 
     def rented_devices(self, nodes: Sequence[int]) -> int:
@@ -592,9 +595,10 @@ class PlanningModel:
     def egress(self, shape: Shape, used: Sequence[Sequence[int]]) -> float:
         """USD per iteration of the traffic crossing zones (see the module docstring)."""
         mbs, dp = shape.microbatch, shape.pipelines
-        total = sum(self.boundary_egress(a, b, mbs) for a, b in pairwise(used))
+        total = sum((self.boundary_egress(a, b, mbs) for a, b in pairwise(used)), 0.0)
         total += sum(
-            self.ring_egress(kinds, self.stage_key(shape, i), dp) for i, kinds in enumerate(used)
+            (self.ring_egress(kinds, self.stage_key(shape, i), dp) for i, kinds in enumerate(used)),
+            0.0,
         )
         if shape.stages > 1:
             total += self.tied_egress(used[0], used[-1], dp)

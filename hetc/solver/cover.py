@@ -106,7 +106,7 @@ class StageCover:
                     continue
                 there = float(sum(self.capacity[p] for p in pools))
                 found.append((there, [float(k.tp) if k.pool in pools else 0.0 for k in kinds]))
-            there = sum(s * c for s, c in zip(sigma, self.capacity, strict=True))
+            there = sum((s * c for s, c in zip(sigma, self.capacity, strict=True)), 0.0)
             found.append((there, [sigma[k.pool] * k.tp for k in kinds]))
         if not found or self.total_devices < sum(self.capacity):
             found.append((float(self.total_devices), [float(k.tp) for k in kinds]))

@@ -775,7 +775,7 @@ class _Search:
                 for k in model.kinds
             ]
             per_layer = [min(col) for col in zip(*rows, strict=True)]
-            cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer)
+            cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer, 0.0)
         return cost
 
     def objective_bound(self, t: float, rate: float) -> float:
@@ -1295,7 +1295,7 @@ class _Search:
         self._shape_best = None
         if "kind-profiles" in self.approx:
             self.profiles(mbs, stages, dp)
-            return self._shape_best
+            return self._found()
         if not self._may_win(mbs, stages, dp):
             return None
         self._memo: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
@@ -1303,6 +1303,12 @@ class _Search:
             stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
         )
         self.stage(state, 0, 0)
+        return self._found()
+
+    def _found(self) -> float | None:
+        """What `leaf` recorded for the shape: read through a call, since after `shape` sets
+        the attribute to None, mypy takes it for None until the function returns, and a
+        mypyc build checks that (module docstring of setup.py)."""
         return self._shape_best
 
     def kind_sets(
@@ -1770,7 +1776,7 @@ class _Search:
         if fill is None:
             prefixes = [self._time_prefix(o[0], mbs) for o in set(options)]
             layers = range(self.model.blocks + 2)
-            fill = sum(min(p[i + 1] - p[i] for p in prefixes) for i in layers)
+            fill = sum((min(p[i + 1] - p[i] for p in prefixes) for i in layers), 0.0)
             self._fills[key] = fill
         return fill
 
@@ -1800,8 +1806,11 @@ class _Search:
                 speed, _ = self._option_speeds(mbs)
                 prefixes = [(self._time_prefix(o[0], mbs), speed[o]) for o in set(options)]
                 share = sum(
-                    min((p[i + 1] - p[i]) / whole for p, whole in prefixes)
-                    for i in range(self.model.blocks + 2)
+                    (
+                        min((p[i + 1] - p[i]) / whole for p, whole in prefixes)
+                        for i in range(self.model.blocks + 2)
+                    ),
+                    0.0,
                 )
             self._shares[key] = share
         return share
@@ -2205,7 +2214,10 @@ class _Search:
                 bounds.append(start)
             return None
 
-        top = sum(self.option_time(o, mbs, 0, whole) for o in set(sequence)) + sum(sends) * 2
+        top = (
+            sum((self.option_time(o, mbs, 0, whole) for o in set(sequence)), 0.0)
+            + sum(sends, 0.0) * 2
+        )
         if ceiling < top:
             if ceiling < floor:
                 return None

@@ -1,0 +1,42 @@
+"""Builds hetc. With HETC_COMPILE=1, also compiles the planner's search and the planning
+model under it to C with mypyc (`scripts/install-compiled.sh`).
+
+Why: the search is pure Python, and on Sailor's scenarios its time is spent running Python
+opcodes (bounds, memory lookups and table reads, tens of thousands of each); mypyc turns
+the same typed source into a C extension per module, 1.5-3x faster there (docs/planner.md,
+Speed). The source stays the one definition: a build without HETC_COMPILE (the editable
+install the tests use) runs the .py files, and tests/test_compiled.py builds this one and
+checks it plans every bench scenario and a set of random specs to the same objective, to
+the last bit.
+
+mypyc checks the annotated types at run time, which plain Python does not: a value whose
+type differs from what mypy inferred (an int where a float was declared, an attribute mypy
+has narrowed to None) raises TypeError in the compiled build, so the compiled modules keep
+their float sums started at 0.0 and the like.
+"""
+
+import os
+
+from setuptools import setup
+
+COMPILED = [
+    "hetc/solver/search.py",
+    "hetc/solver/cover.py",
+    "hetc/costmodel/planning.py",
+    "hetc/costmodel/network.py",
+    "hetc/costmodel/compute.py",
+    "hetc/costmodel/memory.py",
+]
+"""The modules compiled together (one C extension group, so calls among them are native):
+the search and the planning model it calls per shape. hetc/costmodel/tables.py stays
+interpreted: compiled with these, the searches on bench/planner.py's scenarios took 1.5-2x
+as long as with it left out (its frozen slotted StageTables is read attribute by attribute
+in `peak_memory`, the memory check)."""
+
+ext_modules = []
+if os.environ.get("HETC_COMPILE") == "1":
+    from mypyc.build import mypycify
+
+    ext_modules = mypycify(COMPILED, opt_level="3", group_name="hetc_compiled")
+
+setup(ext_modules=ext_modules)
