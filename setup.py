@@ -23,15 +23,15 @@ COMPILED = [
     "hetc/solver/search.py",
     "hetc/solver/cover.py",
     "hetc/costmodel/planning.py",
+    "hetc/costmodel/tables.py",
     "hetc/costmodel/network.py",
     "hetc/costmodel/compute.py",
     "hetc/costmodel/memory.py",
 ]
 """The modules compiled together (one C extension group, so calls among them are native):
-the search and the planning model it calls per shape. hetc/costmodel/tables.py stays
-interpreted: compiled with these, the searches on bench/planner.py's scenarios took 1.5-2x
-as long as with it left out (its frozen slotted StageTables is read attribute by attribute
-in `peak_memory`, the memory check)."""
+the search and the planning model it calls per shape, down to the stage tables and the
+memory check. Not the parsers of user input (schema, plan codec, profiles): a mistyped
+value there must get its clear error, not the compiled build's TypeError."""
 
 ext_modules = []
 if os.environ.get("HETC_COMPILE") == "1":

@@ -24,6 +24,7 @@ COMPILED = (
     "hetc.solver.search",
     "hetc.solver.cover",
     "hetc.costmodel.planning",
+    "hetc.costmodel.tables",
     "hetc.costmodel.network",
     "hetc.costmodel.compute",
     "hetc.costmodel.memory",
