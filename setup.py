@@ -35,8 +35,15 @@ value there must get its clear error, not the compiled build's TypeError."""
 
 ext_modules = []
 if os.environ.get("HETC_COMPILE") == "1":
-    from mypyc.build import mypycify
-
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        raise SystemExit(
+            "HETC_COMPILE=1 compiles hetc with mypyc, which comes with mypy, and this build"
+            " environment has none: run `pip install mypy==2.4.1 setuptools wheel`, then"
+            " `HETC_COMPILE=1 pip install --no-build-isolation .` (scripts/install-compiled.sh"
+            " does both)"
+        ) from None
     ext_modules = mypycify(COMPILED, opt_level="3", group_name="hetc_compiled")
 
 setup(ext_modules=ext_modules)

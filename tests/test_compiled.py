@@ -111,3 +111,31 @@ def test_the_compiled_planner_plans_as_the_source_does(compiled: Path, tmp_path:
     assert len(planned) >= len(jobs) * 3 // 4, "too few jobs found a plan to compare"
     for job, mine, theirs in zip(jobs, fast["values"], plain["values"], strict=True):  # type: ignore[call-overload]
         assert mine == theirs, job
+
+
+def test_a_compiled_build_without_mypyc_says_what_to_install(tmp_path: Path) -> None:
+    """HETC_COMPILE=1 where mypyc cannot be imported (a stand-in package that fails to,
+    first on the path) stops the build with the commands that provide it, not a
+    traceback."""
+    (tmp_path / "mypyc").mkdir()
+    (tmp_path / "mypyc" / "__init__.py").write_text("raise ImportError('not here')\n")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "setup.py"), "--name"],
+        cwd=tmp_path,
+        env={**_env(tmp_path), "HETC_COMPILE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 1
+    assert "pip install mypy==2.4.1 setuptools wheel" in done.stderr
+    assert "Traceback" not in done.stderr
+    plain = subprocess.run(
+        [sys.executable, str(ROOT / "setup.py"), "--name"],
+        cwd=ROOT,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert plain.returncode == 0 and plain.stdout.strip() == "hetc", plain.stderr
