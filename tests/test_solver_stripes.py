@@ -142,3 +142,36 @@ def test_stripes_skip_regions_without_a_pool_the_search_must_use(
         scored[forced] = len(leaves)
     assert scored[0] > 0
     assert scored[3] == 0
+
+
+@pytest.mark.parametrize("where", ["three zones", "five zones"])
+def test_a_stripes_fill_is_exact_and_its_straggler_at_least_the_mean(where: str) -> None:
+    """`_stripe_terms` against the planning model: for every zone stripe of the three-zone
+    instance and a sample of the five-zone bench scenario's, split by `min_max_split` with
+    no ceiling, F is the split's own to rounding, and its straggler is at least the floor,
+    so a stripe turned away by them could not have beaten the incumbent."""
+    if where == "three zones":
+        spec = _spec(THREE_ZONES)
+    else:
+        report = check_file(str(FIVE_ZONES))
+        assert report.spec is not None
+        spec = report.spec
+    model = PlanningModel(spec)
+    searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+    seeds = searcher._stripe_seeds()
+    assert seeds, "no stripe to check"
+    sample = seeds if len(seeds) <= 60 else random.Random(3).sample(seeds, 60)
+    split = tight = 0
+    for _, mbs, stages, dp, sequence in sample:
+        boundaries = searcher.min_max_split(sequence, mbs, dp)
+        if boundaries is None:
+            continue
+        split += 1
+        least, fill = searcher._stripe_terms(sequence, mbs)
+        shape = Shape(microbatch=mbs, boundaries=boundaries, pipelines=dp)
+        straggler, real_fill, _, _ = model.time_of_sets(shape, sequence)
+        assert math.isclose(fill, real_fill, rel_tol=1e-12), (mbs, stages, dp)
+        assert straggler >= least * (1 - 1e-12), (mbs, stages, dp)
+        tight += math.isclose(straggler, least, rel_tol=1e-9)
+    assert split >= min(10, len(sample) // 2)
+    assert tight >= 1, "no stripe meets the floor: a floor too low would pass unseen"
