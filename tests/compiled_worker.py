@@ -4,9 +4,9 @@ source and once on the mypyc build (setup.py), each in its own process, with the
 Usage: python compiled_worker.py JOBS.json  -- JOBS is a list of {"path": spec file,
 "exact": bool, "profiles": bool}: plan_spec's top 3 with the default approximations, or
 with "exact" every approximation off; with "profiles", on Sailor's measured profiles as
-bench/planner.py reads them. Prints one JSON object: "modules" (each compiled module's file, so the
-test can tell which build ran) and "values" (per job, the top candidates' objectives as
-repr strings, and the first's shape), so a difference in the last bit shows.
+bench/planner.py reads them. Prints one JSON object: "modules" (each compiled module's
+file, so the test can tell which build ran) and "values" (per job, the top candidates'
+objectives as repr strings, and the first's shape), so a difference in the last bit shows.
 """
 
 from __future__ import annotations
@@ -49,7 +49,10 @@ def _planned(path: str, exact: bool, profiles: bool) -> dict[str, object]:
 
 
 def _bench() -> ModuleType:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    """bench/planner.py, for its `spec_profiles`."""
+    bench = str(Path(__file__).resolve().parent.parent / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
     return importlib.import_module("planner")
 
 
