@@ -12,7 +12,9 @@ the last bit.
 mypyc checks the annotated types at run time, which plain Python does not: a value whose
 type differs from what mypy inferred (an int where a float was declared, an attribute mypy
 has narrowed to None) raises TypeError in the compiled build, so the compiled modules keep
-their float sums started at 0.0 and the like.
+their float sums started at 0.0 and the like. mypyc inlines `min` and `max` of two
+arguments as one comparison, but calls the builtin for three or more (or a generator), so
+the search's hot paths nest two-argument calls.
 """
 
 import os

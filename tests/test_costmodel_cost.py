@@ -131,3 +131,24 @@ def test_no_token_budget_no_estimate() -> None:
     result = check_text(SPEC.replace(", tokens: 1.6384e9", ""), "s.yaml")
     assert result.spec is not None
     assert budget_to_train(IterationCost(compute=1, egress=0), 1.0, result.spec) is None
+
+
+def test_the_planning_models_egress_prices_follow_zones_and_regions() -> None:
+    """`PlanningModel.egress_price` (a table of every pool pair) is 0 within a zone, the
+    spec's inter-zone price between zones of a region and its inter-region price across
+    regions, per byte; a boundary's worst price is the highest over its kinds' pools."""
+    from hetc.costmodel.planning import PlanningModel
+
+    model = PlanningModel(_spec())
+    per_byte = {("a", "a"): 0.0, ("a", "b"): 0.01e-9, ("a", "c"): 0.05e-9, ("b", "c"): 0.05e-9}
+    zone = {slot.index: slot.zone.name for slot in model.pools}
+    assert sorted(set(zone.values())) == ["a", "b", "c"]
+    for a in zone:
+        for b in zone:
+            pair = tuple(sorted((zone[a], zone[b])))
+            expected = 0.0 if pair[0] == pair[1] else per_byte[pair]
+            assert model.egress_price(a, b) == pytest.approx(expected, rel=1e-12, abs=0.0)
+    of_zone = {z: [k.index for k in model.kinds if zone[k.pool] == z] for z in "abc"}
+    assert model._worst_price(of_zone["a"], of_zone["a"]) == 0.0
+    assert model._worst_price(of_zone["a"] + of_zone["b"], of_zone["b"]) == pytest.approx(0.01e-9)
+    assert model._worst_price(of_zone["b"], of_zone["a"] + of_zone["c"]) == pytest.approx(0.05e-9)

@@ -12,6 +12,7 @@ zones (the mutation it guards against) would not.
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
@@ -252,6 +253,32 @@ def test_layer_compute_is_stage_time_of_each_layer_to_the_bit() -> None:
     a100 = next(k for k in model.kinds if k.device == "A100-40GB" and k.tp == 1)
     blocks = model.layer_compute(a100.device, 1, 1)[1:-1]
     assert blocks[0] != blocks[1] and blocks[0] == blocks[2]
+
+
+def test_windows_are_the_least_run_of_blocks_on_each_kind() -> None:
+    """`_window`, kept per device, TP and microbatch size and filled as asked, is the least
+    forward + backward time of that many consecutive blocks (`stage_time`), for every
+    kind, block count and microbatch size of GPT-Neo-2.7B on A100 + V100 (its blocks
+    alternate global and local attention, so where a run starts matters), asked in a
+    shuffled order and then again; `_host_window` is the least over the hosts at D."""
+    model = PlanningModel(_spec((BENCH / "gptneo-32a100-96v100.yaml").read_text()))
+    searcher = _Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
+    last = model.blocks
+    asks = [(k.index, m, n) for k in model.kinds for m in (1, 2) for n in range(1, last + 1)]
+    random.Random(0).shuffle(asks)
+    for kind, mbs, blocks in asks + asks:
+        expected = min(
+            model.stage_time(kind, mbs, first, first + blocks)[0]
+            for first in range(1, last - blocks + 2)
+        )
+        assert searcher._window((kind,), mbs, blocks) == pytest.approx(expected, rel=1e-12)
+    for mbs in (1, 2):
+        for dp in (1, 4, 16):
+            for blocks in (1, 5, last):
+                hosts = searcher._hosts(mbs, dp)
+                assert hosts
+                least = min(searcher._window(o, mbs, blocks) for o in hosts)
+                assert searcher._host_window(mbs, dp, blocks) == least
 
 
 def test_work_cost_prices_each_layer_on_its_own_cheapest_kind() -> None:

@@ -194,9 +194,9 @@ class _Exhaustive(search_module._Search):
     def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[search_module._Pair]:
+    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[search_module._PairAt]:
         rows = super()._pairs(mbs, dp, alone)
-        return [p._replace(per_stage=0.0, per_pass=0.0) for p in rows]
+        return [r._replace(pair=r.pair._replace(per_stage=0.0, per_pass=0.0)) for r in rows]
 
     def _zone_swaps(self) -> list[dict[int, int]]:
         return []
@@ -634,6 +634,41 @@ def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
     assert binding
 
 
+def test_time_tables_are_every_hosted_pair_most_stages_first_built_as_read() -> None:
+    """For time, the table of (m, D) holds every pair of options that both host a stage
+    at D (one-option pairs only, alone), with each option's one-block ring and its egress
+    at D and the pair's `_most_stages`, the most stages first and ties in the order of the
+    pair rows; reading two rows builds two, and reading on builds the rest."""
+    for spec in (_zones("max_throughput", text=TWINS), _zones("max_throughput")):
+        model = PlanningModel(spec)
+        searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+        checked = 0
+        for mbs in model.microbatch_sizes():
+            for dp in (1, 2, 3, 4, 6, 8, 16):
+                hosts = set(searcher._hosts(mbs, dp))
+                for alone in (False, True):
+                    expected = [
+                        search_module._PairAt(
+                            pair,
+                            searcher._block_ring(pair.slow, dp),
+                            searcher._block_ring(pair.fast, dp),
+                            searcher._block_egress(pair.slow, dp),
+                            searcher._block_egress(pair.fast, dp),
+                            search_module._most_stages(dp, pair.slow == pair.fast, sizes),
+                        )
+                        for pair, sizes in searcher._pair_rows_sized(mbs)
+                        if {pair.slow, pair.fast} <= hosts and (not alone or pair.slow == pair.fast)
+                    ]
+                    expected.sort(key=lambda r: -r.most_stages)
+                    table = searcher._pairs(mbs, dp, alone)
+                    assert isinstance(table, search_module._BuiltAsRead)
+                    assert list(itertools.islice(table, 2)) == expected[:2]
+                    assert len(table._built) == min(2, len(expected))
+                    assert list(table) == expected, (mbs, dp, alone)
+                    checked += len(expected)
+        assert checked > 50, spec.name
+
+
 def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
     """For cost `_pairs` builds its rows as they are read (`_BuiltAsRead`). Read whole, a
     table must be the one built at once: every pair of options that host a stage at D and
@@ -655,7 +690,7 @@ def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
             for dp in (1, 2, 3, 4, 6, 8, 16):
                 for alone in (False, True):
                     rows = list(whole._pairs(mbs, dp, alone))
-                    rows.sort(key=lambda r: (r.share * r.per_pass, order[r.slow, r.fast]))
+                    rows.sort(key=lambda r: (r.pair.share * r.pair.per_pass, order[r.pair[:2]]))
                     assert list(lazy._pairs(mbs, dp, alone)) == rows, (mbs, dp, alone)
                     assert all(r.most_stages >= 1 for r in rows)
                     checked += len(rows)

@@ -229,8 +229,7 @@ def effective_bandwidth(
     if flows_on_link < 1 or flows_on_nic < 1:
         raise ValueError(f"flow counts must be >= 1, got {flows_on_link}, {flows_on_nic}")
     rate = min(
-        link.bandwidth / flows_on_link,
-        nic_bandwidth / flows_on_nic,
+        min(link.bandwidth / flows_on_link, nic_bandwidth / flows_on_nic),
         tcp_window_limit(link),
     )
     return rate * curve(nbytes)

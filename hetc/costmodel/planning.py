@@ -226,7 +226,9 @@ class PlanningModel:
         self.gradient_bytes = cache(self._gradient_bytes)
         """Per-TP-rank gradient bytes of a stage (`_gradient_bytes`), cached."""
         self.tied = cache(self._tied)
-        self.egress_price = cache(self._egress_price)
+        self._egress_prices = [
+            [self._egress_price(a.index, b.index) for b in self.pools] for a in self.pools
+        ]
 
     # -- structure ----------------------------------------------------------------------
 
@@ -398,8 +400,12 @@ class PlanningModel:
         nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.element
         return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
 
+    def egress_price(self, pool_a: int, pool_b: int) -> float:
+        """USD per byte from pool a's zone to pool b's (0 within a zone), from a table of
+        every pair built once: the search's cost bounds ask thousands of times."""
+        return self._egress_prices[pool_a][pool_b]
+
     def _egress_price(self, pool_a: int, pool_b: int) -> float:
-        """USD per byte from pool a's zone to pool b's (0 within a zone)."""
         za, zb = self.pools[pool_a].zone, self.pools[pool_b].zone
         if za.name == zb.name:
             return 0.0
@@ -506,10 +512,15 @@ class PlanningModel:
         return max(self.send(kinds[a].pool, kinds[b].pool, mbs) for a in kinds_a for b in kinds_b)
 
     def _worst_price(self, kinds_a: Sequence[int], kinds_b: Sequence[int]) -> float:
-        kinds = self.kinds
-        return max(
-            self.egress_price(kinds[a].pool, kinds[b].pool) for a in kinds_a for b in kinds_b
-        )
+        """The highest egress price between a pool of one and a pool of the other (prices
+        are never negative)."""
+        kinds, prices = self.kinds, self._egress_prices
+        worst = 0.0
+        for a in kinds_a:
+            row = prices[kinds[a].pool]
+            for b in kinds_b:
+                worst = max(worst, row[kinds[b].pool])
+        return worst
 
     def boundary_egress(self, kinds_a: Sequence[int], kinds_b: Sequence[int], mbs: int) -> float:
         """USD per iteration for every microbatch's activations and gradients across one

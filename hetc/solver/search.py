@@ -234,7 +234,7 @@ class _Stop(Exception):
 
 
 class _Pair(NamedTuple):
-    """What the bounds of every profile over two options need, apart from P."""
+    """What the bounds of every profile over two options need, apart from P and D."""
 
     slow: Option
     fast: Option
@@ -254,6 +254,14 @@ class _Pair(NamedTuple):
     """Least tp x price x speed of the two."""
     fill: float
     """Every layer on the faster of the two (`_Search._pair_fill`)."""
+
+
+class _PairAt(NamedTuple):
+    """A row of `_Search._pairs`: a pair, and what its profiles' bounds need at D apart
+    from P. A row holds its pair rather than a copy of its fields: a table is built for
+    every (m, D) a shape reaches."""
+
+    pair: _Pair
     ring_slow: float
     ring_fast: float
     """One block's ring at D on each (`_Search._block_ring`)."""
@@ -270,23 +278,21 @@ class _BuiltAsRead:
 
     __slots__ = ("_built", "_source")
 
-    def __init__(self, source: Iterator[_Pair]) -> None:
-        self._built: list[_Pair] = []
+    def __init__(self, source: Iterator[_PairAt]) -> None:
+        self._built: list[_PairAt] = []
         self._source = source
 
-    def __iter__(self) -> Iterator[_Pair]:
+    def __iter__(self) -> Iterator[_PairAt]:
         built = self._built
-        at = 0
-        while True:
-            if at < len(built):
-                yield built[at]
-            else:
-                row = next(self._source, None)
-                if row is None:
-                    return
-                built.append(row)
-                yield row
-            at += 1
+        yield from built
+        for row in self._source:
+            built.append(row)
+            yield row
+
+
+def _first(entry: tuple[int, _Pair]) -> int:
+    """The sort key of a pair table's (most stages, row) entries."""
+    return entry[0]
 
 
 def _most_stages(dp: int, same: bool, sizes: tuple[int, int, int, int, int]) -> int:
@@ -338,6 +344,7 @@ class _Search:
         self._ring_pairs: list[tuple[int, int, int, float]] | None = None
         self._frontier: list[tuple[int, int, int, float]] | None = None
         self._lasts: dict[tuple[int, int], int] = {}
+        self._group_list: list[tuple[float, int, int]] | None = None
         self._room_order: list[_RoomEntry] | None = None
         self._ranks: dict[int, dict[Option, int]] = {}
         self._shares_held: dict[tuple[object, ...], bool] = {}
@@ -382,9 +389,10 @@ class _Search:
         self._shares: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
         self._classes: dict[tuple[Option, ...], tuple[tuple[str, int], ...]] = {}
         self._fills: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
-        self._windows: dict[tuple[Option, int, int], float] = {}
+        self._windows: dict[tuple[int, int], list[float]] = {}
+        self._class_windows: dict[tuple[str, int, int], list[float]] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
-        self._pair_tables: dict[tuple[int, int, bool], list[_Pair]] = {}
+        self._pair_tables: dict[tuple[int, int, bool], _BuiltAsRead] = {}
         self._pair_constants: dict[int, list[_Pair]] = {}
         self._sized_rows: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
         self._cost_ordered: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
@@ -399,7 +407,7 @@ class _Search:
         self._ring_reps: dict[Option, list[tuple[int, int]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
-        self._stage_room: dict[tuple[Option, int], int] = {}
+        self._stage_room: dict[Option, tuple[int, int]] = {}
         self._swaps: list[dict[int, int]] | None = None
         self._cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
@@ -514,7 +522,8 @@ class _Search:
             if whole_zones < stages
             else 0.0
         )
-        return max(whole / stages if whole_ring else 0.0, latency, some)
+        # two arguments at a time, which a compiled build inlines (setup.py)
+        return max(max(whole / stages if whole_ring else 0.0, latency), some)
 
     def _range_sync(self, stages: int, dp: int) -> float:
         """A lower bound on `sync_bound(stages, D)` at every D >= `dp`. Its terms never fall
@@ -918,15 +927,18 @@ class _Search:
     def _groups(self) -> list[tuple[float, int, int]]:
         """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
         lower bound on `shape_bounds` over every D (`range_bound`); groups that break the
-        time cap or the budget at every D are left out."""
-        model = self.model
-        groups = []
-        for mbs in model.microbatch_sizes():
-            for stages in range(1, model.blocks + 1):
-                bound = self.range_bound(mbs, stages, 1, self._dp_cap(mbs, stages))
-                if bound < math.inf:
-                    groups.append((bound, mbs, stages))
-        return groups
+        time cap or the budget at every D are left out. Cached: the zone stripes order
+        their seeds by the same bounds."""
+        if self._group_list is None:
+            model = self.model
+            groups = []
+            for mbs in model.microbatch_sizes():
+                for stages in range(1, model.blocks + 1):
+                    bound = self.range_bound(mbs, stages, 1, self._dp_cap(mbs, stages))
+                    if bound < math.inf:
+                        groups.append((bound, mbs, stages))
+            self._group_list = groups
+        return self._group_list
 
     def _dp_cap(self, mbs: int, stages: int) -> int:
         """The most pipelines (m, P) may have by counting alone: B / m, and P x D x (least
@@ -1245,6 +1257,7 @@ class _Search:
             groups.setdefault((region, kind.device, kind.tp), []).append(
                 (-self.capacity[kind.pool], kind.index)
             )
+        bounds = {(mbs, stages): bound for bound, mbs, stages in self._groups()}
         seeds: list[tuple[float, int, int, int, tuple[Option, ...]]] = []
         for (_, _, tp), members in sorted(groups.items()):
             pools = {model.kinds[index].pool for _, index in members}
@@ -1259,9 +1272,9 @@ class _Search:
                         continue
                     layout: list[Option] = []
                     for room, index in members:
-                        layout += [(index,)] * (-room // (dp * tp))
-                    group = self.range_bound(mbs, stages, 1, last)
-                    seeds.append((group, mbs, stages, dp, tuple(layout[:stages])))
+                        layout += [(index,)] * min(-room // (dp * tp), stages - len(layout))
+                    group = bounds.get((mbs, stages), math.inf)
+                    seeds.append((group, mbs, stages, dp, tuple(layout)))
         seeds.sort()
         return seeds
 
@@ -1467,13 +1480,28 @@ class _Search:
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
-        for pair in self._pairs(mbs, dp, stages == 1):
-            slow, fast, share, sp_s, sp_f, s_ss, s_sf, s_ff, e_ss, e_sf, e_ff = pair[:11]
-            per_stage, per_pass, pair_fill, ring_s, ring_f, r_s, r_f, most = pair[11:]
+        for row in self._pairs(mbs, dp, stages == 1):
+            pair, ring_s, ring_f, r_s, r_f, most = row
             if most < stages:
                 if throughput:
                     break
                 continue
+            (
+                slow,
+                fast,
+                share,
+                sp_s,
+                sp_f,
+                s_ss,
+                s_sf,
+                s_ff,
+                e_ss,
+                e_sf,
+                e_ff,
+                per_stage,
+                per_pass,
+                pair_fill,
+            ) = pair
             if not throughput and least_fixed + m1 * dp * share * per_pass > bound * CUT_SLACK:
                 break
             fill = max(fill_lb, pair_fill)
@@ -1508,12 +1536,12 @@ class _Search:
                 widest = min(widest, self._block_ring(fast, dp, largest))
                 window = min(window, self._window(fast, mbs, largest))
             head = self._end_ring(slow, dp, stages, True)
-            ring_slow = max(sync_lb, ring_s, widest, head)
-            ring_fast = max(sync_lb, ring_f, widest)
+            ring_slow = max(max(sync_lb, ring_s), max(widest, head))
+            ring_fast = max(max(sync_lb, ring_f), widest)
             tail_slow = self._end_ring(slow, dp, stages, False)
             tail_fast = self._end_ring(fast, dp, stages, False)
             ring_alone = max(ring_slow, tail_slow)
-            ring_both = max(ring_slow, ring_fast, tail_fast)
+            ring_both = max(max(ring_slow, ring_fast), tail_fast)
             for n in lengths:
                 capacity = n / sp_s + (stages - n) / sp_f
                 if n == stages:
@@ -1577,18 +1605,19 @@ class _Search:
             share = self._all_share[mbs] = self._work_share(tuple(self._option_speeds(mbs)[0]), mbs)
         return share
 
-    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> Iterable[_Pair]:
+    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> Iterable[_PairAt]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
-        what its profiles' bounds need and does not depend on P (`_Pair`); with `alone`,
+        what its profiles' bounds need and does not depend on P (`_PairAt`); with `alone`,
         the one-option rows only (a single stage has no room for two), built on their own:
         shapes of one stage come at many D that no deeper shape reads. For time, the
         pairs that fit the most stages come first, so a shape of P stages reads only the
         rows that may fit P; for cost, the least W x pass price first, so a shape stops at
-        the first row whose cost floor is sure to exceed the incumbent's (`profiles`). That
-        order does not depend on D, so for cost a table is built only as far as a shape
-        reads it (`_BuiltAsRead`): the scans of the bench's min-cost scenario read a third
-        of their rows. Every row fits a stage (`_most_stages` >= 1): each option hosts one,
-        and two together fit whichever is wider."""
+        the first row whose cost floor is sure to exceed the incumbent's (`profiles`).
+        Either way a table is built only as far as a shape reads it (`_BuiltAsRead`), with
+        each option's rings at D computed when a row first needs them: on the bench's five
+        zones the shapes read 1,883 of 4,442 rows, and its min-cost scans a third of
+        theirs. Every row fits a stage (`_most_stages` >= 1): each option hosts one, and
+        two together fit whichever is wider."""
         key = (mbs, dp, alone)
         if self.objective == "min_cost":
             table = self._cost_tables.get(key)
@@ -1597,25 +1626,18 @@ class _Search:
             return table
         pairs = self._pair_tables.get(key)
         if pairs is None:
-            hosts = self._hosts(mbs, dp)
-            at_dp = {o: (self._block_ring(o, dp), self._block_egress(o, dp)) for o in hosts}
-            pairs = []
-            make = tuple.__new__
-            for row, sizes in self._pair_rows_sized(mbs):
-                slow, fast = row[0], row[1]
-                if alone and slow != fast:
-                    continue
-                part_s, part_f = at_dp.get(slow), at_dp.get(fast)
-                if part_s is None or part_f is None:
-                    continue
-                most = _most_stages(dp, slow == fast, sizes)
-                dp_part = (part_s[0], part_f[0], part_s[1], part_f[1], most)
-                pairs.append(make(_Pair, row[:14] + dp_part))
-            pairs.sort(key=lambda row: -row.most_stages)
-            self._pair_tables[key] = pairs
+            hosts = set(self._hosts(mbs, dp))
+            ordered = [
+                (_most_stages(dp, row[0] == row[1], sizes), row)
+                for row, sizes in self._pair_rows_sized(mbs)
+                if (not alone or row[0] == row[1]) and row[0] in hosts and row[1] in hosts
+            ]
+            # most stages first; reverse keeps a stable sort's order among ties
+            ordered.sort(key=_first, reverse=True)
+            pairs = self._pair_tables[key] = _BuiltAsRead(self._with_rings(ordered, dp))
         return pairs
 
-    def _cost_rows(self, mbs: int, dp: int, alone: bool) -> Iterator[_Pair]:
+    def _cost_rows(self, mbs: int, dp: int, alone: bool) -> Iterator[_PairAt]:
         """The rows of `_pairs` at (m, D) for cost, in its order, each built when read:
         the rows of every pair at m sorted once by W x pass price (stably, so ties keep the
         order a sort of each table gave them), those whose options host a stage at D and
@@ -1625,18 +1647,29 @@ class _Search:
             ordered = sorted(self._pair_rows_sized(mbs), key=lambda r: r[0].share * r[0].per_pass)
             self._cost_ordered[mbs] = ordered
         hosts = set(self._hosts(mbs, dp))
+        return self._with_rings(
+            (
+                (_most_stages(dp, row[0] == row[1], sizes), row)
+                for row, sizes in ordered
+                if (not alone or row[0] == row[1]) and row[0] in hosts and row[1] in hosts
+            ),
+            dp,
+        )
+
+    def _with_rings(self, rows: Iterable[tuple[int, _Pair]], dp: int) -> Iterator[_PairAt]:
+        """Each row of `_pair_rows` with its most stages at D, and its options' one-block
+        rings and their egress at D (`_block_ring`, `_block_egress`), worked out per option
+        the first time a row needs them."""
         at_dp: dict[Option, tuple[float, float]] = {}
         make = tuple.__new__
-        for row, sizes in ordered:
+        for most, row in rows:
             slow, fast = row[0], row[1]
-            if (alone and slow != fast) or slow not in hosts or fast not in hosts:
-                continue
             for option in (slow, fast):
                 if option not in at_dp:
                     at_dp[option] = (self._block_ring(option, dp), self._block_egress(option, dp))
-            part_s, part_f = at_dp[slow], at_dp[fast]
-            most = _most_stages(dp, slow == fast, sizes)
-            yield make(_Pair, (*row[:14], part_s[0], part_f[0], part_s[1], part_f[1], most))
+            ring_s, egress_s = at_dp[slow]
+            ring_f, egress_f = at_dp[fast]
+            yield make(_PairAt, (row, ring_s, ring_f, egress_s, egress_f, most))
 
     def _pair_rows_sized(self, mbs: int) -> list[tuple[_Pair, tuple[int, int, int, int, int]]]:
         """`_pair_rows`, each with its `_pair_sizes`: the tables of `_pairs` are rebuilt
@@ -1659,7 +1692,7 @@ class _Search:
 
     def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
-        options, slowest first (the rings and stages at D left 0), less the mirror images of
+        options, slowest first, less the mirror images of
         pairs that come first (`_zone_swaps`) and pairs that cannot rent every pool the
         search must use (`_may_use_forced`)."""
         rows = self._pair_constants.get(mbs)
@@ -1691,11 +1724,6 @@ class _Search:
                             min(self._facts(o)[0] * self._facts(o)[2] for o in both),
                             min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in both),
                             self._pair_fill(both, mbs),
-                            0.0,
-                            0.0,
-                            0.0,
-                            0.0,
-                            0,
                         )
                     )
             self._pair_constants[mbs] = rows
@@ -1765,14 +1793,31 @@ class _Search:
     def _window(self, option: Option, mbs: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on the option: of P stages one holds
         at least ceil(L / P) blocks, so the straggler is at least this on its option."""
-        key = (option, mbs, blocks)
-        window = self._windows.get(key)
-        if window is None:
-            prefix = self._time_prefix(option[0], mbs)
+        kind = option[0]
+        windows = self._windows_of(kind, mbs)
+        window = windows[blocks]
+        if window < 0.0:
+            prefix = self._time_prefix(kind, mbs)
             last = self.model.blocks + 1
             window = min(map(sub, prefix[1 + blocks : last + 1], prefix[1 : last - blocks + 1]))
-            self._windows[key] = window
+            windows[blocks] = window
         return window
+
+    def _windows_of(self, kind: int, mbs: int) -> list[float]:
+        """The `_window`s of the kind by number of blocks, -1 until asked for, one list per
+        device, TP and microbatch size, on which a kind's times alone depend: the bounds
+        ask for windows of a few block counts on every host, tens of thousands of times on
+        the bench's five zones."""
+        key = (kind, mbs)
+        windows = self._windows.get(key)
+        if windows is None:
+            k = self.model.kinds[kind]
+            same = (k.device, k.tp, mbs)
+            windows = self._class_windows.get(same)
+            if windows is None:
+                windows = self._class_windows[same] = [-1.0] * (self.model.blocks + 1)
+            self._windows[key] = windows
+        return windows
 
     def _host_window(self, mbs: int, dp: int, blocks: int) -> float:
         """The least `_window` of `blocks` blocks over the options that host a stage at D
@@ -1781,7 +1826,9 @@ class _Search:
         key = (mbs, dp, blocks)
         window = self._host_windows.get(key)
         if window is None:
-            window = min(self._window(o, mbs, blocks) for o in self._hosts(mbs, dp))
+            window = math.inf
+            for option in self._hosts(mbs, dp):
+                window = min(window, self._window(option, mbs, blocks))
             self._host_windows[key] = window
         return window
 
@@ -1913,14 +1960,14 @@ class _Search:
         survive rounding."""
         if m1 == 0:
             return math.inf
-        caps = [self.bound() if self.objective == "max_throughput" else math.inf]
+        cap = self.bound() if self.objective == "max_throughput" else math.inf
         if self.objective == "min_cost" and rate > 0:
-            caps.append(self.bound() / rate)
+            cap = min(cap, self.bound() / rate)
         if self.time_cap is not None:
-            caps.append(self.time_cap)
+            cap = min(cap, self.time_cap)
         if self.budget is not None and rate > 0:
-            caps.append(self.budget / rate)
-        return (min(caps) - fixed) / m1 * (1 + SPLIT_TOLERANCE)
+            cap = min(cap, self.budget / rate)
+        return (cap - fixed) / m1 * (1 + SPLIT_TOLERANCE)
 
     def _hosts(self, mbs: int, dp: int) -> list[Option]:
         """The options with room for one stage of D replicas, slowest first."""
@@ -2048,14 +2095,12 @@ class _Search:
 
     def _option_stages(self, option: tuple[int, ...], dp: int) -> int:
         """How many stages of D replicas the option's pools can hold alone."""
-        key = (option, dp)
-        stages = self._stage_room.get(key)
-        if stages is None:
-            tp = self.model.kinds[option[0]].tp
-            room = sum(self.capacity[p] for p in self._option_pools(option))
-            stages = min(room, self.total_devices) // (dp * tp)
-            self._stage_room[key] = stages
-        return stages
+        room = self._stage_room.get(option)
+        if room is None:
+            devices = sum(self.capacity[p] for p in self._option_pools(option))
+            room = (min(devices, self.total_devices), self.model.kinds[option[0]].tp)
+            self._stage_room[option] = room
+        return room[0] // (dp * room[1])
 
     def _rooms(self, slow: Option, fast: Option) -> tuple[int, int, int]:
         """Devices the slow option's pools hold, the fast one's, and both together within
