@@ -3,7 +3,7 @@ model under it to C with mypyc (`scripts/install-compiled.sh`).
 
 Why: the search is pure Python, and on Sailor's scenarios its time is spent running Python
 opcodes (bounds, memory lookups and table reads, tens of thousands of each); mypyc turns
-the same typed source into a C extension per module, 1.5-2.5x faster there (docs/planner.md,
+the same typed source into a C extension per module, 2-3x faster there (docs/planner.md,
 Speed). The source stays the one definition: a build without HETC_COMPILE (the editable
 install the tests use) runs the .py files, and tests/test_compiled.py builds this one and
 checks it plans every bench scenario and a set of random specs to the same objective, to

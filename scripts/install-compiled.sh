@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install hetc into .venv with the planner compiled to C by mypyc (setup.py, HETC_COMPILE=1):
-# the same source, 1.5-2.5x faster searches (docs/planner.md, Speed). Needs a C compiler and
+# the same source, 2-3x faster searches (docs/planner.md, Speed). Needs a C compiler and
 # Python's headers; takes about two minutes. `bash scripts/test.sh` puts the editable source
 # install back (the tests patch the search's methods, which a compiled class does not allow).
 # Usage: bash scripts/install-compiled.sh [extras, e.g. runtime]
