@@ -671,10 +671,10 @@ def test_time_tables_are_every_hosted_pair_most_stages_first_built_as_read() -> 
 
 def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
     """For cost `_pairs` builds its rows as they are read (`_BuiltAsRead`). Read whole, a
-    table must be the one built at once: every pair of options that host a stage at D and
-    fit one, with its rings at D, ordered by W x pass price, ties in the order of the
-    pair rows. The whole tables come from the same search with the objective read as
-    time (which builds them at once) and are sorted here."""
+    table must hold every pair of options that host a stage at D and fit one, with its
+    rings at D, ordered by W x pass price, ties in the order of the pair rows. The rows
+    come from the same search with the objective read as time (whose tables the test
+    above checks against that definition), sorted here by price."""
     floor = check_file(Path(__file__).parent.parent / "bench/scenarios/opt350m-floor.yaml").spec
     assert floor is not None
     for spec in (_zones("min_cost", text=TWINS), _zones("min_cost"), floor):
