@@ -1626,12 +1626,7 @@ class _Search:
             return table
         pairs = self._pair_tables.get(key)
         if pairs is None:
-            hosts = set(self._hosts(mbs, dp))
-            ordered = [
-                (_most_stages(dp, row[0] == row[1], sizes), row)
-                for row, sizes in self._pair_rows_sized(mbs)
-                if (not alone or row[0] == row[1]) and row[0] in hosts and row[1] in hosts
-            ]
+            ordered = list(self._hosted_rows(self._pair_rows_sized(mbs), mbs, dp, alone))
             # most stages first; reverse keeps a stable sort's order among ties
             ordered.sort(key=_first, reverse=True)
             pairs = self._pair_tables[key] = _BuiltAsRead(self._with_rings(ordered, dp))
@@ -1646,15 +1641,23 @@ class _Search:
         if ordered is None:
             ordered = sorted(self._pair_rows_sized(mbs), key=lambda r: r[0].share * r[0].per_pass)
             self._cost_ordered[mbs] = ordered
+        return self._with_rings(self._hosted_rows(ordered, mbs, dp, alone), dp)
+
+    def _hosted_rows(
+        self,
+        rows: Iterable[tuple[_Pair, tuple[int, int, int, int, int]]],
+        mbs: int,
+        dp: int,
+        alone: bool,
+    ) -> Iterator[tuple[int, _Pair]]:
+        """The rows of `_pair_rows_sized` whose options both host a stage at D (with
+        `alone`, the one-option rows only), each with its `_most_stages` at D: the rows of
+        the tables of `_pairs`, in the order given."""
         hosts = set(self._hosts(mbs, dp))
-        return self._with_rings(
-            (
-                (_most_stages(dp, row[0] == row[1], sizes), row)
-                for row, sizes in ordered
-                if (not alone or row[0] == row[1]) and row[0] in hosts and row[1] in hosts
-            ),
-            dp,
-        )
+        for row, sizes in rows:
+            slow, fast = row[0], row[1]
+            if (not alone or slow == fast) and slow in hosts and fast in hosts:
+                yield _most_stages(dp, slow == fast, sizes), row
 
     def _with_rings(self, rows: Iterable[tuple[int, _Pair]], dp: int) -> Iterator[_PairAt]:
         """Each row of `_pair_rows` with its most stages at D, and its options' one-block
@@ -1692,9 +1695,9 @@ class _Search:
 
     def _pair_rows(self, mbs: int) -> list[_Pair]:
         """The part of `_pairs` that depends on the microbatch size alone, for every pair of
-        options, slowest first, less the mirror images of
-        pairs that come first (`_zone_swaps`) and pairs that cannot rent every pool the
-        search must use (`_may_use_forced`)."""
+        options, slowest first, less the mirror images of pairs that come first
+        (`_zone_swaps`) and pairs that cannot rent every pool the search must use
+        (`_may_use_forced`)."""
         rows = self._pair_constants.get(mbs)
         if rows is None:
             speed, ordered = self._option_speeds(mbs)
