@@ -2,8 +2,8 @@
 
 Prints, per model, device, column (forward, backward, update) and layer kind (embedding,
 block, head), the median and p90 absolute relative error |estimate - measured| / measured.
-OPT-350 and GPT-Neo-2.7 are the fit set; OPT-30 and LLAMA-3-8 are held out (never used to
-fit). `--fit` refits the efficiency curves on the fit set and rewrites
+OPT-350 and GPT-Neo-2.7 are the fit set; OPT-30 and LLAMA-3-8, and every model on GH200, are
+held out (never used to fit). `--fit` refits the efficiency curves on the fit set and rewrites
 hetc/costmodel/efficiency.json, so the bundled numbers are reproducible.
 
 Usage: python bench/costmodel.py [--fit] [--data DIR]
@@ -67,6 +67,10 @@ DEVICES = {
     for gpu in ("A100-40", "A100-80", "GH-96", "V100-16", "Titan-RTX", "RTX-2080", "RTX-3090")
 }
 """Sailor's GPU directory names -> hetc catalog names (the importer's mapping)."""
+
+HELD_OUT_GPUS = frozenset({"GH-96"})
+"""GPUs never used to fit, whatever the model: GH200 checks the analytical model on hardware
+it was not fitted to (bench/plan_quality.py reports it apart). Its curve is the `default`."""
 
 EXCLUDED = {
     ("GPT-Neo-2.7", "GH-96"): "byte-identical to OPT-350/GH-96 (26 layers): not a GPT-Neo profile"
@@ -231,7 +235,9 @@ def fit(data: Path) -> dict[str, object]:
     per_device: dict[str, dict[str, list[tuple[float, float, float, str]]]] = {}
     heads: list[tuple[str, list[LayerWork], int, str, float]] = []
     tp_samples: dict[str, list[tuple[int, float, float]]] = {}
-    profiles = [(m, g, p) for m, g, p in load_profiles(data) if models[m].fit]
+    profiles = [
+        (m, g, p) for m, g, p in load_profiles(data) if models[m].fit and g not in HELD_OUT_GPUS
+    ]
     for model, gpu, profile in profiles:
         spec = models[model]
         device = _device(gpu)
@@ -344,10 +350,11 @@ def fit(data: Path) -> dict[str, object]:
             "latency); optimizer update = parameters * "
             "adam_bytes_per_parameter / (memory_bandwidth * update_bandwidth_efficiency). "
             "Fitted by `python bench/costmodel.py --fit` on Sailor's measured layer profiles of "
-            "OPT-350 and GPT-Neo-2.7 only (fp16 mixed precision, seq len 2048; GPT-Neo-2.7/GH-96 "
-            "excluded: it duplicates OPT-350/GH-96). `default` (median of the per-device fits) "
-            "serves device types never measured. Override per device with "
-            "ComputeModel(efficiency=...)."
+            "OPT-350 and GPT-Neo-2.7 only (fp16 mixed precision, seq len 2048), never on GH200 "
+            "(held out: bench/plan_quality.py checks the model there; GPT-Neo-2.7/GH-96 also "
+            "duplicates OPT-350/GH-96). `default` (median of the per-device fits) serves device "
+            "types never fitted, GH200 among them; `cpu_default` (written by hand, kept by the "
+            "fit) kind: cpu processes. Override per device with ComputeModel(efficiency=...)."
         ),
         "form": "logistic in log2(per-device FLOPs of the pass)",
         "precision": "fp16",
@@ -357,6 +364,7 @@ def fit(data: Path) -> dict[str, object]:
             "fp16 grad read 2 + fp32 master, m, v read and written 3 x 8 + fp16 weight write 2"
         ),
         "default": default,
+        "cpu_default": json.loads(EFFICIENCY_JSON.read_text(encoding="utf-8"))["cpu_default"],
         "devices": dict(sorted(fitted.items())),
     }
 
@@ -611,7 +619,7 @@ def main() -> None:
     )
     models = sailor_models()
     for model, gpu, col, kind, med, p90, n in rows:
-        tag = "fit" if models[model].fit else "held"
+        tag = "fit" if models[model].fit and gpu not in HELD_OUT_GPUS else "held"
         print(f"{model:12} {tag:5} {gpu:10} {col:9} {kind:10} {med:7.1%} {p90:7.1%} {n:4d}")
     print()
     print("summary: median over all points of a (set, column, kind)")
@@ -621,7 +629,9 @@ def main() -> None:
                 meds = [
                     r[4]
                     for r in rows
-                    if r[2] == col and r[3] == kind and (models[r[0]].fit == (tag == "fit"))
+                    if r[2] == col
+                    and r[3] == kind
+                    and ((models[r[0]].fit and r[1] not in HELD_OUT_GPUS) == (tag == "fit"))
                 ]
                 if meds:
                     print(

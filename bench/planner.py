@@ -16,11 +16,13 @@ load, and prints JSON back, so interpreter start is not counted. Reported per sc
 4. the issue's three qualitative claims, computed from the runs, with the numbers behind
    each verdict;
 5. with Sailor's measured profiles (examples/profiles, made by `hetc profile import`): the
-   search again, and hetc's plan against Sailor's, both simulated with the measured per-layer
-   times where a profile covers the device (the others stay analytical, and the table says
-   which were measured). The scenarios train at fp16 and seq_len 2048, as Sailor measured;
-   a scenario at another setting would be refused, not silently mixed. Only the main search
-   is repeated (no perturbations or checks), so it adds about one search per scenario.
+   search again, for the architecture those profiles timed (Sailor's Megatron build of the
+   scenario's model, `measured_world.measured_model`), and hetc's plan against Sailor's, both
+   simulated with the measured per-layer times and links where a profile covers the device
+   (the others stay analytical, and the table says which were measured). The scenarios
+   train at fp16 and seq_len 2048, as Sailor measured; a scenario at another setting would
+   be refused, not silently mixed. Only the main search is repeated (no perturbations or
+   checks), so it adds about one search per scenario.
 
 Every search gets a time limit (--time-limit, default 120 s) so the bench always finishes;
 a search that stops there says "(time limit)". A process that outlives the limit by
@@ -56,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from measured_world import measured_model, scenario_profiles  # noqa: E402
 from sailor_plans import SAILOR_REPORTED, sailor_plan  # noqa: E402
 
 from hetc.costmodel.profile import LayerProfile, read_profile  # noqa: E402
@@ -101,7 +104,9 @@ def _worker(request: dict[str, Any]) -> dict[str, Any]:
     from hetc.solver.planner import plan_spec
 
     spec = _load(request["spec"])
-    profiles = spec_profiles(spec) if request.get("profiles") else []
+    profiles: list[LayerProfile] = []
+    if request.get("profiles"):
+        spec, profiles = measured(spec)
     if request.get("pools") is not None:
         spec = _with_pools(spec, request["pools"])
     if request.get("drop_region"):
@@ -142,19 +147,19 @@ def _load(path: str) -> Spec:
     return checked.spec
 
 
-def spec_profiles(spec: Spec) -> list[LayerProfile]:
-    """The shipped profiles of the spec's model on its devices, checked against its precision
-    and sequence length as `hetc plan` checks a spec's `profiles:` (a mismatch raises)."""
-    matching = []
-    devices = {d.casefold() for d in spec.devices}
-    for path in sorted(PROFILES.glob("*.json")):
-        profile = read_profile(path)
-        if (
-            profile.model.casefold() == spec.model_name.casefold()
-            and profile.device.casefold() in devices
-        ):
-            matching.append(str(path))
-    return read_spec_profiles(replace(spec, profiles=tuple(matching)), str(PROFILES))
+def measured(spec: Spec) -> tuple[Spec, list[LayerProfile]]:
+    """The spec training the architecture the shipped profiles of its model timed (Sailor's
+    Megatron builds: `measured_world.measured_model`), and those profiles, checked as `hetc
+    plan` checks a spec's `profiles:` (a mismatch raises). The network stays the spec's."""
+    every = [read_profile(p) for p in sorted(PROFILES.glob("*.json"))]
+    matching = scenario_profiles(spec, every)
+    spec = measured_model(spec, matching)
+    paths = [
+        str(path)
+        for path, profile in zip(sorted(PROFILES.glob("*.json")), every, strict=True)
+        if any(p.source == profile.source for p in matching)
+    ]
+    return spec, read_spec_profiles(replace(spec, profiles=tuple(paths)), str(PROFILES))
 
 
 def _with_pools(spec: Spec, pools: list[list[float]]) -> Spec:
@@ -675,14 +680,15 @@ def main() -> None:
         print_speed(runs, spreads if args.repeat > 1 else {})
         print_quality([judge(name, specs[name], runs[name]) for name in names])
     if args.cost_model != "analytical":
-        profiles = {name: spec_profiles(specs[name]) for name in names}
+        worlds = {name: measured(specs[name]) for name in names}
+        profiles = {name: world[1] for name, world in worlds.items()}
         profiled = {}
         for name in names:
             profiled[name] = search(SCENARIOS / f"{name}.yaml", args.time_limit, profiles=True)
             print(f"  {name} (profiles): {profiled[name].seconds()} s", flush=True)
         print_with_profiles(
             profiled,
-            [judge(name, specs[name], profiled[name], profiles[name]) for name in names],
+            [judge(name, worlds[name][0], profiled[name], profiles[name]) for name in names],
             {name: sorted(p.device for p in profiles[name]) for name in names},
         )
     if args.cost_model == "profiles":

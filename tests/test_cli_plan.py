@@ -90,9 +90,16 @@ def test_eval_limit_is_deterministic_and_flagged(tmp_path: Path) -> None:
 
 
 def test_explain_says_why_a_pool_is_unused(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["plan", str(_spec(tmp_path)), "--top", "1", "--explain"])
+    """A T4 pool across a slow WAN is left out, and --explain says what using it costs."""
+    path = _spec(tmp_path)
+    path.write_text(
+        path.read_text()
+        + "  - name: b\n    region: far\n    pools:\n"
+        + "      - {device: T4, quota: 4, gpus_per_node: 4, price: 0.35 USD/h}\n"
+    )
+    result = runner.invoke(app, ["plan", str(path), "--top", "1", "--explain"])
     assert result.exit_code == 0, result.output
-    assert "why not" in result.output
+    assert "why not t4@b?" in result.output
 
 
 def test_unknown_approximation_is_a_usage_error(tmp_path: Path) -> None:

@@ -231,6 +231,7 @@ def test_fit_set_block_accuracy() -> None:
     bench = _bench()
     rows = bench.errors(DATA)
     fit = {name for name, m in bench.sailor_models().items() if m.fit}
+    rows = [r for r in rows if r[1] not in bench.HELD_OUT_GPUS]
     for column in ("forward", "backward"):
         medians = [r[4] for r in rows if r[0] in fit and r[2] == column and r[3] == "block"]
         assert medians and float(np.median(medians)) < 0.06, (column, medians)
@@ -246,7 +247,7 @@ def test_fit_set_head_and_embedding_accuracy() -> None:
     (model, device) of the median error is under 10% for the head forward and backward and
     under 15% for the embedding forward (measured at the last refit: 6.5% / 5.8% / 11.7%)."""
     bench = _bench()
-    rows = bench.errors(DATA)
+    rows = [r for r in bench.errors(DATA) if r[1] not in bench.HELD_OUT_GPUS]
     fit = {name for name, m in bench.sailor_models().items() if m.fit}
     for column, kind, limit in (
         ("forward", "head", 0.10),

@@ -122,7 +122,7 @@ def local() -> Case:
 
 @pytest.fixture(scope="module")
 def many() -> Case:
-    """48 ranks and 24 pipelines (plan 1); plan 2 has 48 pipelines."""
+    """48 ranks in many pipelines (24 or 48, as the cost model chooses)."""
     spec = _example("local-cpu.yaml")
     zone = replace(
         spec.zones[0], pools=(replace(spec.zones[0].pools[0], quota=48, gpus_per_node=8),)
@@ -645,12 +645,13 @@ def _finish(timeline: Timeline, p: int, stages: int) -> float:
 def test_many_pipelines_draw_the_first_and_the_slowest(many: Case) -> None:
     best = many.result.proposals[0]
     timeline, plan = best.simulation.timeline, best.plan
-    assert len(plan.pipelines) == 24
-    finish = [_finish(timeline, p, 1) for p in range(24)]
+    count = len(plan.pipelines)
+    assert count >= 8
+    finish = [_finish(timeline, p, len(plan.stages)) for p in range(count)]
     slowest = finish.index(max(finish))
     shown = sorted({0, 1, 2, slowest})
     check_timeline(many.svg, plan, timeline, shown)
-    assert f"{24 - len(shown)} of 24 pipelines not drawn" in many.svg
+    assert f"{count - len(shown)} of {count} pipelines not drawn" in many.svg
 
 
 def _synthetic(

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 from hetc.cli import app
 from hetc.costmodel.compute import ComputeModel
 from hetc.costmodel.memory import CPU_OVERHEAD, received_input_bytes
-from hetc.costmodel.network import INTRA_NODE_LATENCY
 from hetc.costmodel.profile import (
     BandwidthFit,
     LayerMemory,
@@ -56,9 +55,10 @@ def _spec(tmp_path: Path, text: str = SPEC) -> object:
 
 def _profile(**changes: object) -> LayerProfile:
     """Layer i takes (i + 1) ms forward, 2 (i + 1) ms backward, 0.1 ms update; keeps
-    (i + 1) MiB per microbatch; a 1 GB/s point-to-point and all-reduce link."""
+    (i + 1) MiB per microbatch; a 1 GB/s point-to-point and all-reduce link at every message
+    size (a measured link adds no latency: its fit is of whole transfer times)."""
     times = {i: ((i + 1) * 1e-3, 2 * (i + 1) * 1e-3, 1e-4) for i in range(4)}
-    fit = BandwidthFit(coefficients=(0.0, 0.0, 1.0), peak=1e9)
+    fit = BandwidthFit(coefficients=(0.0, 0.0, 1.0), peak=1e9, sizes=(1.0, 1e12))
     base = LayerProfile(
         model="custom",
         device="CPU-A",
@@ -94,9 +94,9 @@ def test_a_profile_round_trips(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"architecture": {**ARCH, "hidden": 128}}, "hidden 128; the spec's has 64"),
+        ({"architecture": {**ARCH, "hidden": 128}}, "hidden: 128 vs 64"),
         ({"seq_len": 64}, "measured at seq_len 64"),
-        ({"model": "other"}, "profiles model 'other'"),
+        ({"model": "other", "architecture": None}, "profiles model 'other'"),
         ({"times": {1: {1: {i: (1.0, 1.0, 1.0) for i in range(3)}}}}, "the spec's model has 4"),
     ],
 )
@@ -172,7 +172,7 @@ def test_measured_activations_and_bandwidth_are_what_the_simulator_uses(tmp_path
     assert last == pytest.approx(7 * mib + received + logits_gradient + 2 * tokens + boundaries)
     assert first != next(r.memory.activations for r in without.ranks)
     boundary = 1 * 32 * 64 * 4
-    expected_send = INTRA_NODE_LATENCY + boundary / 1e9
+    expected_send = boundary / 1e9
     forward = [(1 + 2) * 1e-3, (3 + 4) * 1e-3]
     backward = [2 * f for f in forward]
     # The closed form (hetc.costmodel.planning's docstring): F = sum t + 2 sum s,
@@ -181,7 +181,7 @@ def test_measured_activations_and_bandwidth_are_what_the_simulator_uses(tmp_path
     stage_times = [f + b for f, b in zip(forward, backward, strict=True)]
     fill = sum(stage_times) + 2 * expected_send
     period = max(stage_times) + expected_send
-    tied = 2 * (INTRA_NODE_LATENCY + 512 * 64 * 4 / 2 / 1e9)
+    tied = 2 * (512 * 64 * 4 / 2 / 1e9)
     update = 2 * 1e-4
     assert with_profile.closed_form_time == pytest.approx(
         fill + 7 * period + tied + update, rel=1e-9
@@ -288,8 +288,9 @@ def test_compile_with_a_profile_names_it_in_the_report(tmp_path: Path) -> None:
 def test_an_inter_node_fit_replaces_the_spec_link_between_nodes_of_one_zone(
     tmp_path: Path,
 ) -> None:
-    """Two one-device nodes: the boundary send takes the spec's latency plus bytes over the
-    measured one-flow peak; without the inter-node fit, the spec's bandwidth."""
+    """Two one-device nodes: the boundary send takes its bytes over the measured one-flow
+    rate, with no latency of its own (the fit is of whole transfer times); without the
+    inter-node fit, the spec's latency plus bytes over the spec's bandwidth."""
     from hetc.costmodel.network import link_between
 
     spec = _spec(tmp_path, SPEC.replace("gpus_per_node: 2", "gpus_per_node: 1"))
@@ -309,19 +310,20 @@ def test_an_inter_node_fit_replaces_the_spec_link_between_nodes_of_one_zone(
             for k in range(2)
         ),
     )
-    one_flow = BandwidthFit(coefficients=(0.0, 0.0, 2.0), peak=2e9)
-    four_flows = BandwidthFit(coefficients=(0.0, 0.0, 6.0), peak=6e9)
+    one_flow = BandwidthFit(coefficients=(0.0, 0.0, 2.0), peak=2e9, sizes=(1.0, 1e12))
+    four_flows = BandwidthFit(coefficients=(0.0, 0.0, 6.0), peak=6e9, sizes=(1.0, 1e12))
     profile = _profile(network={"inter_node": {"p2p": {1: one_flow, 4: four_flows}}})
     spec_link = link_between(spec.network, spec.zones[0], spec.zones[0])  # type: ignore[attr-defined]
     boundary = 32 * 64 * 4
     measured = simulate(plan, spec, profiles=[profile])  # type: ignore[arg-type]
     nominal = simulate(plan, spec, profiles=[_profile(network={})])  # type: ignore[arg-type]
     change = measured.closed_form_time - nominal.closed_form_time
-    per_byte = 1 / 2e9 - 1 / spec_link.bandwidth  # latency is the spec's either way
+    per_byte = 1 / 2e9 - 1 / spec_link.bandwidth
     # 8 microbatches: fill crosses the boundary twice, each later period once more; the tied
-    # token table (512 x 64 fp32) is all-reduced by the two stages: 2 steps of half of it
+    # token table (512 x 64 fp32) is all-reduced by the two stages: 2 steps of half of it;
+    # each of those 11 messages pays the spec's latency only without the fit
     moved = (2 + 7) * boundary + 2 * (512 * 64 * 4 / 2)
-    assert change == pytest.approx(moved * per_byte, rel=1e-6)
+    assert change == pytest.approx(moved * per_byte - 11 * spec_link.latency, rel=1e-6)
     assert spec_link.bandwidth != 2e9
 
 
@@ -345,18 +347,19 @@ def test_a_missing_or_broken_profile_file_is_a_clear_error(tmp_path: Path) -> No
 
 def test_the_planner_prices_links_between_nodes_by_the_inter_node_fit(tmp_path: Path) -> None:
     """`PlanningModel.measured_link`: between nodes of one device in one zone, one flow's
-    share of the measured peak with the fit's curve; without the fit, the spec's link."""
+    share of the measured peak with the fit's curve, no latency and no NIC term (the fit
+    measured both); without the fit, the spec's link and NIC."""
     from hetc.costmodel.network import FLAT, link_between
     from hetc.costmodel.planning import PlanningModel
 
-    spec = _spec(tmp_path, SPEC)
+    spec = _spec(tmp_path, SPEC.replace("gpus_per_node: 2", "gpus_per_node: 1"))
     four_flows = BandwidthFit(coefficients=(0.0, 0.0, 6.0), peak=6e9)
     fitted = _profile(network={"inter_node": {"p2p": {4: four_flows}}})
     spec_link = link_between(spec.network, spec.zones[0], spec.zones[0])  # type: ignore[attr-defined]
-    link, curve, nic = PlanningModel(spec, profiles=[fitted]).measured_link(0, 0, 2)  # type: ignore[arg-type]
+    link, curve, nic = PlanningModel(spec, profiles=[fitted]).measured_link(0, 0, 1)  # type: ignore[arg-type]
     assert link.bandwidth == pytest.approx(6e9 / 4)
-    assert link.latency == spec_link.latency
+    assert link.latency == 0.0
     assert curve == four_flows.curve()
-    assert nic == spec.zones[0].pools[0].nic_bandwidth  # type: ignore[attr-defined]
-    plain = PlanningModel(spec, profiles=[_profile(network={})]).measured_link(0, 0, 2)  # type: ignore[arg-type]
-    assert plain == (spec_link, FLAT, nic)
+    assert nic == math.inf
+    plain = PlanningModel(spec, profiles=[_profile(network={})]).measured_link(0, 0, 1)  # type: ignore[arg-type]
+    assert plain == (spec_link, FLAT, spec.zones[0].pools[0].nic_bandwidth)  # type: ignore[attr-defined]

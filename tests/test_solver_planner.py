@@ -20,6 +20,7 @@ from hetc.solver.planner import (
     diagnose,
     explain_unused,
     plan_spec,
+    simulated_objective,
 )
 from hetc.solver.search import SearchOptions, SearchResult, _Search, search
 
@@ -123,7 +124,8 @@ def test_built_plan_packs_whole_nodes_and_pairs_fast_with_fast() -> None:
 
 def test_every_returned_plan_fits_and_is_runnable() -> None:
     """Each proposal's ranks fit in memory (simulator), the plan is consistent, inside the
-    capability matrix, and its predictions come from the simulator."""
+    capability matrix, its predictions come from the simulator, and the plans are ranked by
+    the simulator's objective."""
     spec = tiny()
     result = plan_spec(spec, top=3)
     assert result.proposals
@@ -134,7 +136,7 @@ def test_every_returned_plan_fits_and_is_runnable() -> None:
         assert proposal.simulation.fits
         assert plan.predictions is not None
         assert plan.predictions.iteration_time == proposal.simulation.iteration_time
-    values = [p.candidate.value for p in result.proposals]
+    values = [simulated_objective(spec, p.simulation) for p in result.proposals]
     assert values == sorted(values)
 
 

@@ -7,7 +7,7 @@ and torch-free. The JSON files beside this module are the data; this module type
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -176,13 +176,55 @@ class DeviceType:
 
 
 def architecture_from_mapping(data: dict[str, object]) -> ModelArchitecture:
-    """Build a `ModelArchitecture` from the spec/catalog spelling (nested local_attention)."""
-    fields = dict(data)
-    local = fields.pop("local_attention", None)
+    """Build a `ModelArchitecture` from the spec/catalog spelling (nested local_attention), or
+    from its own field names (`dataclasses.asdict`, as a measured profile records it)."""
+    values = dict(data)
+    local = values.pop("local_attention", None)
     if isinstance(local, dict):
-        fields["local_attention_window"] = local["window"]
-        fields["attention_pattern"] = tuple(local.get("pattern", ("global", "local")))
-    return ModelArchitecture(**fields)  # type: ignore[arg-type]
+        values["local_attention_window"] = local["window"]
+        values["attention_pattern"] = tuple(local.get("pattern", ("global", "local")))
+    pattern = values.get("attention_pattern")
+    if isinstance(pattern, list):
+        values["attention_pattern"] = tuple(pattern)
+    return ModelArchitecture(**values)  # type: ignore[arg-type]
+
+
+def architecture_differences(a: ModelArchitecture, b: ModelArchitecture) -> list[str]:
+    """`field: a-value vs b-value` for every field where two architectures differ, in field
+    order. A None field compares as the value it resolves to (kv_heads, head_dim, ffn,
+    qkv_bias, embedding_projection), so spelling out a default is no difference; the
+    attention pattern counts only where some attention is local."""
+    out = []
+    for f in fields(ModelArchitecture):
+        if f.name == "attention_pattern" and not (
+            a.local_attention_window or b.local_attention_window
+        ):
+            continue
+        if f.name in _DERIVED and getattr(a, f.name) is None and getattr(b, f.name) is None:
+            continue
+        mine, theirs = _resolved(a, f.name), _resolved(b, f.name)
+        if mine != theirs:
+            out.append(f"{f.name}: {mine!r} vs {theirs!r}")
+    return out
+
+
+_DERIVED = ("kv_heads", "head_dim", "ffn", "qkv_bias", "embedding_projection")
+"""Fields whose None stands for a value derived from others: left unset on both sides, they
+differ only where those others do, which the comparison names."""
+
+
+def _resolved(arch: ModelArchitecture, name: str) -> object:
+    if name == "kv_heads":
+        return arch.resolved_kv_heads
+    if name == "head_dim":
+        return arch.resolved_head_dim
+    if name == "ffn":
+        return arch.resolved_ffn
+    if name == "qkv_bias":
+        return arch.linear_bias if arch.qkv_bias is None else arch.qkv_bias
+    if name == "embedding_projection":
+        return arch.embedding_width
+    return getattr(arch, name)
 
 
 def device_from_mapping(data: dict[str, object]) -> DeviceType:

@@ -48,6 +48,7 @@ __all__ = [
     "FlatCurve",
     "Hops",
     "LogQuadraticCurve",
+    "MeasuredCurve",
     "MessageSizeCurve",
     "SaturatingCurve",
     "all_gather_time",
@@ -132,6 +133,46 @@ class LogQuadraticCurve:
         x = math.log2(nbytes / 1e6)
         fraction = (self.a * x * x + self.b * x + self.c) * 1e9 / self.peak
         return min(1.0, max(self.floor, fraction))
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredCurve:
+    """A measured bandwidth fit as the fraction of its peak a message reaches, for a link priced
+    with no latency of its own: the fit is of whole transfer times (bytes over seconds, the
+    latency included), so adding a latency would count it twice.
+
+    Inside the measured sizes [smallest, largest] the fit's GB/s = a x^2 + b x + c
+    (x = log2(bytes / 1e6)), kept within (0, peak]; a message smaller than the smallest
+    measured takes as long as the smallest did (such transfers are latency-bound); one
+    larger than the largest moves at the largest's rate. A quadratic in log size must not be
+    trusted outside the sizes it was fitted on: Sailor's turns negative below 1 MB.
+    `scale` is how many message bytes the fit was measured per byte priced: an all-reduce fit
+    is keyed by the whole buffer while a ring step moves 1/n of it, so a ring of n prices its
+    steps with scale n; a point-to-point fit has scale 1.
+    """
+
+    a: float
+    b: float
+    c: float
+    peak: float
+    smallest: float
+    largest: float
+    scale: float = 1.0
+
+    def __call__(self, nbytes: float) -> float:
+        size = nbytes * self.scale
+        at = min(max(size, self.smallest), self.largest)
+        x = math.log2(at / 1e6)
+        rate = (self.a * x * x + self.b * x + self.c) * 1e9
+        fraction = min(1.0, max(rate / self.peak, _LEAST_FRACTION))
+        if size < self.smallest:
+            fraction *= max(size, 1.0) / self.smallest
+        return fraction
+
+
+_LEAST_FRACTION = 1e-6
+"""Where a fit dips to zero or below inside its own range, the least fraction of peak it is
+taken to reach: a bug in the fit must show as a very slow link, not a division by zero."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ search, the CP-SAT cross-check and the brute-force test oracle all optimise the 
 the set U_i of kinds it uses (all maxima over U_i, or over pairs drawn from U_i):
 
     t_i   = max (forward + backward) per microbatch          (the stage's slowest replica)
-    u_i   = max optimizer step
+    u_i   = max optimizer step (under ZeRO 1 and 2, of one replica's 1/D partition)
     s_i   = max send time of one microbatch's activations between a pool of U_i and a pool
             of U_(i+1) (the same time carries the gradient back), 0 after the last stage
     y_i   = max ring all-reduce time of the stage's gradients over D ranks, hop by hop, over
@@ -64,13 +64,8 @@ from hetc.costmodel.memory import (
     stage_parameters_per_rank,
     tied_table_parameters_per_rank,
 )
-from hetc.costmodel.network import (
-    FLAT,
-    MessageSizeCurve,
-    link_between,
-    ring_all_reduce_time,
-    send_time,
-)
+from hetc.costmodel.network import MessageSizeCurve, ring_all_reduce_time, send_time
+from hetc.costmodel.pricing import End, LinkPricer, slower_of
 from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.tables import StageTables, build_stage_tables, peak_memory
 from hetc.plan.settings import reduce_bucket_elements
@@ -207,6 +202,7 @@ class PlanningModel:
         self.mixed_tp_allowed = training.zero_stage == 0
         """Capability matrix: replicas of different TP share a stage only without ZeRO."""
         self._profiles = {p.device: p for p in profiles}
+        self.pricer = LinkPricer(spec, self._profiles)
         self._links: dict[tuple[int, int, int], tuple[LinkClass, MessageSizeCurve, float]] = {}
         self._overhead = overhead
         pools = [(z, p) for z in spec.zones for p in z.pools]
@@ -333,30 +329,33 @@ class PlanningModel:
             kind, shape.microbatch, first, end, shape.pipelines, self.in_flight(shape, stage)
         )
 
-    def _link(self, pool_a: int, pool_b: int) -> tuple[Zone, Zone, float]:
-        a, b = self.pools[pool_a], self.pools[pool_b]
-        return a.zone, b.zone, min(a.pool.nic_bandwidth, b.pool.nic_bandwidth)
-
     def activation_bytes(self, microbatch: int) -> float:
         return float(microbatch * self.spec.training.seq_len * self.arch.hidden * self.element)
+
+    def end(self, pool: int) -> End:
+        """A node of pool `pool` as one end of a transfer (`pricing.End`)."""
+        slot = self.pools[pool]
+        return End(slot.zone, slot.pool.device, slot.pool.nic_bandwidth)
 
     def measured_link(
         self, pool_a: int, pool_b: int, flows: int
     ) -> tuple[LinkClass, MessageSizeCurve, float]:
-        """The link between nodes of two pools, its curve and NIC rate: the spec's, or where
-        both pools are one device in one zone and its profile measured the link between
-        nodes, the measurement (`LayerProfile.between_nodes`, as the simulator prices it)."""
+        """The link between replicas of two pools, its curve and NIC rate, for `flows`
+        devices per node sending at once: the hop `pricing.LinkPricer` prices between their
+        nodes, as the simulator does. Two replicas of one pool may also share a node (where
+        the node holds more than `flows` devices: the placement decides), so there the hop
+        is the slower of the two (`pricing.slower_of`): the estimate is never below the
+        simulator's price of either placement."""
         key = (pool_a, pool_b, flows)
-        if key not in self._links:
-            za, zb, nic = self._link(pool_a, pool_b)
-            link = link_between(self.spec.network, za, zb)
-            a, b = self.pools[pool_a].pool, self.pools[pool_b].pool
-            profile = self._profiles.get(a.device)
-            measured = None
-            if za.name == zb.name and a.device == b.device and profile is not None:
-                measured = profile.between_nodes(link, flows)
-            self._links[key] = (link, FLAT, nic) if measured is None else (*measured, nic)
-        return self._links[key]
+        found = self._links.get(key)
+        if found is None:
+            hop = self.pricer.between_nodes(self.end(pool_a), self.end(pool_b), flows)
+            slot = self.pools[pool_a]
+            if pool_a == pool_b and slot.pool.gpus_per_node > flows:
+                inside = self.pricer.inside_node(slot.pool.device, "p2p", 2)
+                hop = slower_of(hop, inside, flows)
+            found = self._links[key] = (hop.link, hop.curve, hop.nic)
+        return found
 
     def _send(self, pool_a: int, pool_b: int, microbatch: int) -> float:
         link, curve, nic = self.measured_link(pool_a, pool_b, 1)
@@ -498,7 +497,14 @@ class PlanningModel:
             for x, a in enumerate(kinds):
                 for b in kinds[x:]:
                     ring = max(ring, self.ring(a, b, key, dp))
-        return ring + max(self.stage_time(k, mbs, first, end)[2] for k in kinds)
+        return ring + max(self.update_time(k, mbs, first, end, dp) for k in kinds)
+
+    def update_time(self, kind: int, mbs: int, first: int, end: int, dp: int) -> float:
+        """u_i of one kind: its optimizer step over [first, end); under ZeRO 1 and 2 each of
+        the D replicas steps its 1/D partition of the optimizer state (the all-gather of
+        the stepped weights is in the ring's second half), so 1/D of a whole step."""
+        update = self.stage_time(kind, mbs, first, end)[2]
+        return update / dp if self.spec.training.zero_stage >= 1 else update
 
     def tied_time(self, first_kinds: Sequence[int], last_kinds: Sequence[int]) -> float:
         """The tied embedding's two-rank all-reduce between first and last stage (P > 1)."""

@@ -42,16 +42,24 @@ Two spellings are read:
     rank, at the profile's precision) and `activation_bytes` (microbatch size -> bytes the
     layer keeps for its backward).
   - `peak_bytes`: microbatch -> TP -> the peak bytes of the profiled step, for reference.
-  - `network`: scope (`intra_node`, `inter_node`) -> collective (`all_reduce`,
-    `all_gather`, `p2p`) -> devices (inside a node: the devices in the group, 2 for p2p;
-    between nodes: the devices per node communicating at once, whose flows share the
-    fitted peak) -> a bandwidth fit in the cost model's
-    form (`hetc.costmodel.network.LogQuadraticCurve`: GB/s = a x^2 + b x + c with
-    x = log2(bytes / 1e6), `peak` in bytes/s), its relative RMS `residual` over the
-    measured `points` (message bytes, bytes/s; optional). Bandwidth is what the cost model's
-    ring formulas divide by: for an all-reduce of S bytes over n devices in t seconds,
-    2 (n - 1) / n x S / t; for an all-gather of S bytes in all, (n - 1) / n x S / t;
-    point to point, S / t.
+  - `network`: scope -> collective (`all_reduce`, `all_gather`, `p2p`) -> devices -> a
+    bandwidth fit. Scopes: `intra_node` (devices = the devices in the group, 2 for p2p);
+    `inter_node`, `inter_zone`, `inter_region` (between two nodes of this device in one zone,
+    in two zones of one region, in two regions; devices = the devices per node communicating
+    at once, whose flows share the fitted peak). A fit is the cost model's form: GB/s =
+    a x^2 + b x + c with x = log2(bytes / 1e6), `peak` in bytes/s, its relative RMS
+    `residual` over the measured `points` (message bytes, bytes/s; optional) and the message
+    sizes it holds for, `sizes: [smallest, largest]` (optional; else the points' range, else
+    1 MB to 1 GB). Bandwidth is what the cost model's ring formulas divide by: for an
+    all-reduce of S bytes over n devices in t seconds, 2 (n - 1) / n x S / t; for an
+    all-gather of S bytes in all, (n - 1) / n x S / t; point to point, S / t. The fit is of
+    whole transfer times, so the cost model adds no latency to a measured link
+    (`hetc.costmodel.network.MeasuredCurve`).
+    `network.links` lists links measured between named zones, the most specific fact a
+    profile can hold: `{"from": zone, "to": zone, "peer": device (default: this one),
+    "collective": "p2p", "devices": n, "fit": {...}}`, a transfer from a node of this device
+    in `from` to a node of `peer` in `to` (`hetc.costmodel.pricing` says which fact prices
+    which hop).
   - `meta`: where it came from (`origin`), `date`, `attention` implementation, `threads`
     per rank, `software` versions; informational.
 
@@ -65,17 +73,21 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetc.costmodel.network import LogQuadraticCurve, MessageSizeCurve
+from hetc.costmodel.network import MeasuredCurve
 from hetc.schema.diagnostics import EnvironmentProblem
-from hetc.schema.spec import LinkClass
 
 HETC_FORMAT = "hetc-layer-profile"
-HETC_VERSION = 2
-READABLE_VERSIONS = (1, 2)
-SCOPES = ("intra_node", "inter_node")
+HETC_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+SCOPES = ("intra_node", "inter_node", "inter_zone", "inter_region")
+BETWEEN_NODES = SCOPES[1:]
+"""The scopes whose devices count the devices per node sending at once."""
+DEFAULT_FIT_SIZES = (1e6, 1e9)
+"""Message bytes a fit holds for when it records neither `sizes` nor `points` (Sailor's
+published fits, whose sizes are not published: their quadratics turn negative below 1 MB)."""
 COLLECTIVES = ("all_reduce", "all_gather", "p2p")
 
 Times = tuple[float, float, float]
@@ -99,7 +111,7 @@ class LayerMemory:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BandwidthFit:
     """Measured bandwidth of one collective over a group of devices, in the cost model's form
-    (see `hetc.costmodel.network.LogQuadraticCurve`)."""
+    (see `hetc.costmodel.network.MeasuredCurve`)."""
 
     coefficients: tuple[float, float, float]
     """(a, b, c): GB/s = a x^2 + b x + c, x = log2(bytes / 1e6)."""
@@ -109,11 +121,29 @@ class BandwidthFit:
     """Relative RMS error of the fit over `points` (None when the points are unknown)."""
     points: tuple[tuple[float, float], ...] = ()
     """The measurements fitted: (message bytes, bytes/s)."""
+    sizes: tuple[float, float] | None = None
+    """(smallest, largest) message bytes the fit holds for, when recorded."""
 
-    def curve(self) -> LogQuadraticCurve:
-        """The fraction-of-peak curve the network model scales a link's bandwidth by."""
+    def size_range(self) -> tuple[float, float]:
+        """The message sizes the fit holds for: recorded, else the points', else
+        `DEFAULT_FIT_SIZES`."""
+        if self.sizes is not None:
+            return self.sizes
+        if self.points:
+            measured = [b for b, _ in self.points]
+            return min(measured), max(measured)
+        return DEFAULT_FIT_SIZES
+
+    def curve(self, scale: float = 1.0) -> MeasuredCurve:
+        """The fraction-of-peak curve a link priced by this fit is scaled by; `scale` is how
+        many measured bytes one priced byte stands for (a ring of n over an all-reduce fit)."""
         a, b, c = self.coefficients
-        return LogQuadraticCurve(a, b, c, self.peak)
+        smallest, largest = self.size_range()
+        return MeasuredCurve(a, b, c, self.peak, smallest, largest, scale)
+
+    def rate(self, nbytes: float) -> float:
+        """Bytes/s a message of `nbytes` moves at, by this fit."""
+        return self.peak * self.curve()(nbytes)
 
 
 def fit_bandwidth(points: Sequence[tuple[float, float]]) -> BandwidthFit:
@@ -155,6 +185,24 @@ Network = dict[str, dict[str, dict[int, BandwidthFit]]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class MeasuredLink:
+    """A link measured between two named zones: from a node of the profile's device in
+    `source` to a node of `peer` in `target`, `devices` per node sending at once."""
+
+    source: str
+    target: str
+    peer: str
+    collective: str
+    devices: int
+    fit: BandwidthFit
+
+
+def nearest_devices(sizes: Sequence[int], devices: int) -> int:
+    """The measured group size nearest `devices` (the larger on a tie)."""
+    return min(sizes, key=lambda n: (abs(n - devices), -n))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class LayerProfile:
     """What was measured of one model on one device type: per-layer times, and optionally
     per-layer memory, peaks, collective bandwidths and the facts of the measurement."""
@@ -174,6 +222,8 @@ class LayerProfile:
     peak_bytes: dict[int, dict[int, float]] = field(default_factory=dict)
     """microbatch size -> TP degree -> the profiled step's peak bytes."""
     network: Network = field(default_factory=dict)
+    links: tuple[MeasuredLink, ...] = ()
+    """Links measured between named zones (`network.links`)."""
     meta: dict[str, object] = field(default_factory=dict)
     """origin, date, attention, threads, software: informational."""
 
@@ -199,25 +249,34 @@ class LayerProfile:
         """The fit for `collective` over `devices` devices; failing an exact group size, the
         nearest measured one (larger on a tie), or None when that collective was not measured.
         """
+        found = self.fit_for(scope, collective, devices)
+        return None if found is None else found[1]
+
+    def fit_for(self, scope: str, collective: str, devices: int) -> tuple[int, BandwidthFit] | None:
+        """(group size, fit) of `bandwidth`: the size tells how many flows share the peak."""
         fits = self.network.get(scope, {}).get(collective, {})
         if not fits:
             return None
-        return fits[min(fits, key=lambda n: (abs(n - devices), -n))]
+        size = nearest_devices(list(fits), devices)
+        return size, fits[size]
 
-    def between_nodes(
-        self, link: LinkClass, flows: int
-    ) -> tuple[LinkClass, MessageSizeCurve] | None:
-        """The spec's `link` between two nodes of this device in one zone, as measured: one
-        flow's share of the inter-node point-to-point fit nearest `flows` devices per node
-        (the fit's peak is theirs together), at the link's latency, with the fit's curve;
-        None when that was not measured. The simulator and the planner both price such hops
-        through this, so they agree."""
-        fits = self.network.get("inter_node", {}).get("p2p", {})
-        if not fits:
+    def link_between(
+        self, source: str, target: str, peer: str, devices: int
+    ) -> MeasuredLink | None:
+        """The point-to-point link measured from zone `source` to a node of `peer` in zone
+        `target`, at the measured devices per node nearest `devices`; None when not measured."""
+        found = [
+            link
+            for link in self.links
+            if link.source == source
+            and link.target == target
+            and link.peer.casefold() == peer.casefold()
+            and link.collective == "p2p"
+        ]
+        if not found:
             return None
-        devices = min(fits, key=lambda n: (abs(n - flows), -n))
-        fit = fits[devices]
-        return replace(link, bandwidth=fit.peak / devices), fit.curve()
+        size = nearest_devices([link.devices for link in found], devices)
+        return next(link for link in found if link.devices == size)
 
     def to_json(self) -> dict[str, object]:
         """The hetc spelling of this profile (see the module docstring)."""
@@ -265,6 +324,20 @@ class LayerProfile:
                 }
                 for scope, by_collective in sorted(self.network.items())
             }
+        if self.links:
+            network = out.setdefault("network", {})
+            assert isinstance(network, dict)
+            network["links"] = [
+                {
+                    "from": link.source,
+                    "to": link.target,
+                    "peer": link.peer,
+                    "collective": link.collective,
+                    "devices": link.devices,
+                    "fit": _fit_json(link.fit),
+                }
+                for link in self.links
+            ]
         if self.meta:
             out["meta"] = dict(self.meta)
         return out
@@ -272,6 +345,8 @@ class LayerProfile:
 
 def _fit_json(fit: BandwidthFit) -> dict[str, object]:
     out: dict[str, object] = {"coefficients": list(fit.coefficients), "peak": fit.peak}
+    if fit.sizes is not None:
+        out["sizes"] = list(fit.sizes)
     if fit.residual is not None:
         out["residual"] = fit.residual
     if fit.points:
@@ -407,8 +482,8 @@ def _peak_table(raw: object, where: str) -> dict[int, dict[int, float]]:
 
 
 def _fit(raw: object, where: str) -> BandwidthFit:
-    fields = _object(raw, where, "{coefficients, peak, residual, points}")
-    unknown = set(fields) - {"coefficients", "peak", "residual", "points"}
+    fields = _object(raw, where, "{coefficients, peak, residual, points, sizes}")
+    unknown = set(fields) - {"coefficients", "peak", "residual", "points", "sizes"}
     if unknown:
         raise ProfileError(f"{where}: unknown keys {sorted(unknown)}")
     coefficients = fields.get("coefficients")
@@ -431,17 +506,28 @@ def _fit(raw: object, where: str) -> BandwidthFit:
     points = fields.get("points", [])
     if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
         raise ProfileError(f"{where}: points must be a list of [bytes, bytes_per_s]")
+    sizes = fields.get("sizes")
+    span: tuple[float, float] | None = None
+    if sizes is not None:
+        if not isinstance(sizes, list) or len(sizes) != 2:
+            raise ProfileError(f"{where}: sizes must be [smallest, largest] message bytes")
+        span = (_number(sizes[0], where, "sizes[0]"), _number(sizes[1], where, "sizes[1]"))
+        if not 0 < span[0] <= span[1]:
+            raise ProfileError(f"{where}: sizes must be 0 < smallest <= largest, got {sizes!r}")
     return BandwidthFit(
         coefficients=(float(coefficients[0]), float(coefficients[1]), float(coefficients[2])),
         peak=peak,
         residual=None if residual is None else _number(residual, where, "residual"),
         points=tuple((_number(b, where, "bytes"), _number(r, where, "bytes/s")) for b, r in points),
+        sizes=span,
     )
 
 
 def _network_table(raw: object, where: str) -> Network:
     table: Network = {}
     for scope, by_collective in _object(raw, where, "scope -> collective -> fits").items():
+        if scope == "links":
+            continue
         if scope not in SCOPES:
             raise ProfileError(f"{where}: scope {scope!r} is not one of {', '.join(SCOPES)}")
         table[scope] = {}
@@ -457,6 +543,47 @@ def _network_table(raw: object, where: str) -> Network:
                 for n, fit in _object(fits, at, "devices -> fit").items()
             }
     return table
+
+
+def _links(raw: object, device: str, where: str) -> tuple[MeasuredLink, ...]:
+    """`network.links`: each a measured link between two named zones (module docstring)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ProfileError(f"{where}: expected a list of links, got {type(raw).__name__}")
+    keys = {"from", "to", "peer", "collective", "devices", "fit"}
+    links = []
+    for index, entry in enumerate(raw):
+        at = f"{where}[{index}]"
+        fields = _object(entry, at, "{from, to, peer, collective, devices, fit}")
+        unknown = set(fields) - keys
+        missing = {"from", "to", "devices", "fit"} - set(fields)
+        if unknown or missing:
+            raise ProfileError(
+                f"{at}: expected keys from, to, devices, fit (and peer, collective)"
+                + (f"; unknown {sorted(unknown)}" if unknown else "")
+                + (f"; missing {sorted(missing)}" if missing else "")
+            )
+        names = [fields["from"], fields["to"], fields.get("peer", device)]
+        if not all(isinstance(n, str) and n for n in names):
+            raise ProfileError(f"{at}: from, to and peer must be non-empty names")
+        collective = fields.get("collective", "p2p")
+        if collective != "p2p":
+            raise ProfileError(f"{at}: collective {collective!r}: only p2p links are measured")
+        devices = fields["devices"]
+        if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+            raise ProfileError(f"{at}: devices must be a positive integer, got {devices!r}")
+        links.append(
+            MeasuredLink(
+                source=str(names[0]),
+                target=str(names[1]),
+                peer=str(names[2]),
+                collective="p2p",
+                devices=devices,
+                fit=_fit(fields["fit"], f"{at}.fit"),
+            )
+        )
+    return tuple(links)
 
 
 def parse_profile(
@@ -508,6 +635,11 @@ def parse_profile(
             memory=_memory_table(data.get("memory", {}), times, f"{source}: memory"),
             peak_bytes=_peak_table(data.get("peak_bytes", {}), f"{source}: peak_bytes"),
             network=_network_table(data.get("network", {}), f"{source}: network"),
+            links=_links(
+                _object(data.get("network", {}), f"{source}: network", "").get("links"),
+                data["device"],
+                f"{source}: network.links",
+            ),
             meta=meta,
         )
     if model is None or device is None:

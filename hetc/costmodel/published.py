@@ -11,20 +11,20 @@ What a converted profile holds, and why (docs/profile.md says the same for users
 
 - `times`: copied exactly; the folder names say the model and the GPU, mapped to the catalog's
   names (`MODEL_NAMES`, `DEVICE_NAMES`) so that a spec naming the catalog preset matches.
-- `architecture`: the catalog model's, in the spec's spelling, but only when Sailor's model is
-  that model: its layer count is the catalog's and its blocks hold the catalog's parameter
-  count (within `BLOCK_TOLERANCE`; layer-memory.json says). Otherwise the profile keeps
-  Sailor's name, since its times are of a different network. Differences outside the blocks
-  (Sailor pads the vocabulary, unties OPT's head) are recorded in `meta` and warned about.
+- `architecture`: the network that was timed, in the spec's spelling: the catalog model's when
+  Sailor's holds the catalog model's parameters in every layer; else the Megatron build that
+  `SAILOR_BUILDS` describes, under Sailor's name, when that one does (Sailor's OPT-350 and
+  GPT-Neo-2.7 are such builds: a spec uses their profiles by training that architecture);
+  else none, under Sailor's name (OPT-30, LLAMA-3-8). The cost model serves a profile to a
+  spec only when the architectures are equal, so a plan for the real GPT-Neo-2.7B (local
+  attention in every other block) is never priced with times of global-attention blocks.
 - `memory`: from layer-memory.json, assuming fp16 (2 bytes a float, what Sailor trained in):
   weights = params_floats x 2, activations = act_mem_floats x 2 x microbatch (Sailor's
   activation counts are per sample). Only TP degrees present in both files.
 - `network.intra_node.all_reduce`: the GPU's intra-node fits, as given.
-- `network.inter_node.p2p`: the same-zone, same-GPU, same-size entries of the multizone file,
-  keyed by GPUs per end. Several zones measured the same link; the slowest peak of each size is
-  kept (a plan must not count on the luckiest zone) and `meta` names the zone. Cross-zone
-  entries describe links between zones, which a spec's `network:` section owns, not a device
-  profile: they are left out, as are egress prices.
+- `network.inter_node`, `inter_zone`, `inter_region` and `network.links`: the GPU's links
+  between VMs, within a zone, across zones and regions (`hetc.costmodel.sailor_network` says
+  which entries and why the slowest of each class).
 
 A profile file whose layers are not its model's (Sailor's GPT-Neo-2.7/GH-96 is a copy of
 OPT-350/GH-96) raises `NotThisModel`: importing it would plan GPT-Neo with OPT's times.
@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from hetc.catalog import ModelArchitecture, find_device, find_model
@@ -44,11 +44,13 @@ from hetc.costmodel.profile import (
     BandwidthFit,
     LayerMemory,
     LayerProfile,
+    MeasuredLink,
     Network,
     ProfileError,
     parse_profile,
     write_profile,
 )
+from hetc.costmodel.sailor_network import network_of, read_fit
 
 __all__ = [
     "DEVICE_NAMES",
@@ -56,6 +58,7 @@ __all__ = [
     "Imported",
     "NotThisModel",
     "architecture_spelling",
+    "device_name",
     "import_sailor_profile",
     "import_sailor_tree",
     "profile_file_name",
@@ -88,10 +91,37 @@ BYTES_PER_FLOAT = 2
 """Sailor trained in fp16 mixed precision at 2048 tokens: its memory counts floats, and a
 float of its weights and activations is two bytes."""
 
-BLOCK_TOLERANCE = 0.01
-"""How far (relative) Sailor's block parameter count may be from the catalog's and still be
-the same model: GPT-Neo-2.7's blocks carry Q/K/V biases the published model lacks (7,680 of
-78.7 million parameters); Sailor's LLAMA-3-8 has no grouped-query attention (23% more)."""
+SAILOR_BUILDS: dict[str, tuple[dict[str, object], str]] = {
+    "OPT-350": (
+        {
+            "vocab": 50304,
+            "embedding_projection": None,
+            "position_offset": 0,
+            "tied_embeddings": False,
+            "final_norm": True,
+        },
+        "a vocabulary padded to 50,304, no 512-wide projection, no position offset, and an"
+        " untied output head after a final norm",
+    ),
+    "GPT-Neo-2.7": (
+        {
+            "vocab": 50304,
+            "heads": 32,
+            "head_dim": 80,
+            "qkv_bias": True,
+            "local_attention_window": None,
+            "attention_pattern": ("global",),
+        },
+        "a vocabulary padded to 50,304, 32 heads of 80, Q/K/V biases, and global attention in"
+        " every block",
+    ),
+}
+"""The networks Sailor timed, where they are not the catalog's: Sailor trains Megatron-DeepSpeed's
+GPT (Sailor §4.4) with the published models' sizes. Each variant of the catalog model (the
+changed fields) reproduces layer-memory.json's parameter count of every layer exactly at TP 1,
+which the import checks. What parameter counts cannot show is taken from Sailor's artifact
+(shared/data/sailor-measurements/README.md: GPT-Neo-2.7 has 32 heads of 80) and from
+Megatron-DeepSpeed's GPT, which implements no local attention."""
 
 MEMORY_FILE = "layer-memory.json"
 INTRA_FILE = "network/intra_node_bandwidths.json"
@@ -111,6 +141,13 @@ class Imported:
     sailor_model: str
     sailor_device: str
     warnings: tuple[str, ...] = ()
+
+
+def device_name(gpu: str) -> str:
+    """The catalog's name of Sailor's GPU folder `gpu`, or Sailor's name where the catalog
+    has no such device."""
+    known = find_device(DEVICE_NAMES.get(gpu, gpu))
+    return gpu if known is None else known.name
 
 
 def profile_file_name(profile: LayerProfile) -> str:
@@ -159,29 +196,6 @@ def _count(raw: object, where: str) -> float:
     if raw < 0:
         raise ProfileError(f"{where}: expected a non-negative number of floats, got {raw!r}")
     return float(raw)
-
-
-def _fit(raw: object, where: str) -> BandwidthFit:
-    def number(x: object) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-    ok = (
-        isinstance(raw, list)
-        and len(raw) == 2
-        and isinstance(raw[0], list)
-        and len(raw[0]) == 3
-        and all(number(c) for c in raw[0])
-        and number(raw[1])
-        and raw[1] > 0
-    )
-    if not ok:
-        raise ProfileError(
-            f"{where}: expected [[a, b, c], peak_bytes_per_s] (GB/s = a x^2 + b x + c, "
-            f"positive peak), got {json.dumps(raw)[:80]}"
-        )
-    assert isinstance(raw, list)
-    a, b, c = raw[0]
-    return BandwidthFit(coefficients=(float(a), float(b), float(c)), peak=float(raw[1]))
 
 
 def _sizes(table: dict[str, object], where: str) -> Iterator[tuple[int, object]]:
@@ -285,33 +299,48 @@ def _convert(path: Path, model: str, gpu: str, sources: _Sources) -> Imported:
             "(layer-memory.json counts activations per sample)"
         )
 
+    times = timed.times
+    if rows is not None:
+        times = _apportioned_updates(times, rows, indices, f"{memory_path}[{model}]")
+        meta["update"] = (
+            "Sailor's update column holds, in every row, one optimizer step of the model its"
+            " profiler built (embedding, one block, output layers); each layer gets that step"
+            " times its share of that model's parameters (params_floats)"
+        )
+
     network: Network = {}
     intra = _intra_node(sources, gpu, warnings)
     if intra:
         used.append(INTRA_FILE)
         network["intra_node"] = {"all_reduce": intra}
-    inter = _inter_node(sources, gpu, meta)
-    if inter:
-        used.append(MULTIZONE_FILE)
-        network["inter_node"] = {"p2p": inter}
+    links: tuple[MeasuredLink, ...] = ()
+    if sources.multizone is not None:
+        between, links, notes = network_of(
+            sources.multizone, gpu, device_name, str(sources.root / MULTIZONE_FILE)
+        )
+        if links:
+            used.append(MULTIZONE_FILE)
+            network.update(between)
+            meta.update(notes)
+            meta["fit_sizes"] = (
+                "Sailor's fits record no message sizes: taken to hold from 1 MB to 1 GB"
+            )
 
-    device = DEVICE_NAMES.get(gpu, gpu)
-    known = find_device(device)
-    if known is None:
+    device = device_name(gpu)
+    if find_device(device) is None:
         warnings.append(f"GPU {gpu!r} has no catalog entry: the profile keeps Sailor's name")
-    else:
-        device = known.name
     meta["origin"] = "Sailor's published measurements: " + ", ".join(used)
     profile = LayerProfile(
         model=name,
         device=device,
         precision=PRECISION,
         seq_len=SEQ_LEN,
-        times=timed.times,
+        times=times,
         source=str(path),
         architecture=None if arch is None else architecture_spelling(arch),
         memory=memory,
         network=network,
+        links=links,
         meta=meta,
     )
     return Imported(
@@ -383,54 +412,95 @@ def _catalog_model(
     warnings: list[str],
     meta: dict[str, object],
 ) -> tuple[str, ModelArchitecture | None]:
-    """The catalog name and architecture for Sailor's `model`, or its own name and None when
-    the catalog has no such model or Sailor's network is not the catalog's."""
+    """The name and architecture Sailor's `model` is recorded under: the catalog's when its
+    every layer holds the catalog model's parameters (layer-memory.json, TP 1), Sailor's own
+    name with the build `SAILOR_BUILDS` describes when that one matches instead, else Sailor's
+    name and no architecture (the profile then serves only a spec naming that model)."""
     preset = find_model(MODEL_NAMES.get(model, model))
     if preset is None:
         warnings.append(f"model {model!r} has no catalog entry: the profile keeps Sailor's name")
         return model, None
     arch = preset.architecture
-    breakdown = arch.parameter_breakdown()
-    catalog = [breakdown["embedding"], *[arch.layer_parameters(1)] * arch.layers, breakdown["head"]]
-    wrong = []
-    sailor = None
     if len(indices) != len(default_layout(arch)):
-        wrong.append(f"{len(indices)} layers (catalog: {len(default_layout(arch))})")
-    elif rows is not None and 1 in rows:
-        sailor = [
-            _count(rows[1][i].get("params_floats"), f"{memory_path}[{model}][1][{i}]")
-            for i in indices
-        ]
-        if abs(sailor[1] - catalog[1]) > BLOCK_TOLERANCE * catalog[1]:
-            wrong.append(f"blocks of {sailor[1]:,.0f} parameters (catalog: {catalog[1]:,})")
-    if wrong:
         warnings.append(
-            f"Sailor's {model} is not the catalog's {preset.name}: it has {', '.join(wrong)};"
-            f" the profile keeps Sailor's name and records no architecture"
+            f"Sailor's {model} is not the catalog's {preset.name}: it has {len(indices)} layers"
+            f" (catalog: {len(default_layout(arch))}); the profile keeps Sailor's name and"
+            " records no architecture"
         )
         return model, None
-    if sailor is None:
+    if rows is None or 1 not in rows:
         meta["catalog_differences"] = "unchecked (no TP 1 parameter counts in layer-memory.json)"
-    else:
-        differ = [
-            f"{_layer_label(i, len(sailor))} {s:,.0f} (catalog {c:,})"
-            for i, (s, c) in enumerate(zip(sailor, catalog, strict=True))
-            if s != c and (i in (0, 1) or i == len(sailor) - 1)
-        ]
-        if differ:
+        return preset.name, arch
+    sailor = [
+        _count(rows[1][i].get("params_floats"), f"{memory_path}[{model}][1][{i}]") for i in indices
+    ]
+    if _layer_parameters(arch) == sailor:
+        return preset.name, arch
+    build = SAILOR_BUILDS.get(model)
+    if build is not None:
+        changes, words = build
+        variant = replace(arch, **changes)  # type: ignore[arg-type]
+        if _layer_parameters(variant) == sailor:
             note = (
-                f"Sailor's {model} holds other parameter counts than the catalog's "
-                f"{preset.name}: {'; '.join(differ)}; times and weight_bytes are Sailor's"
+                f"Sailor's {model} is the catalog's {preset.name} with {words}: recorded under"
+                f" Sailor's name with that architecture, which a spec must train to use it"
             )
             meta["catalog_differences"] = note
             warnings.append(note)
-    return preset.name, arch
+            return model, variant
+    differ = [
+        f"{_layer_label(i, len(sailor))} {s:,.0f} (catalog {c:,})"
+        for i, (s, c) in enumerate(zip(sailor, _layer_parameters(arch), strict=True))
+        if s != c and (i in (0, 1) or i == len(sailor) - 1)
+    ]
+    warnings.append(
+        f"Sailor's {model} is not the catalog's {preset.name}: {'; '.join(differ)};"
+        " the profile keeps Sailor's name and records no architecture"
+    )
+    return model, None
+
+
+def _layer_parameters(arch: ModelArchitecture) -> list[float]:
+    """Parameters of each profile layer (embedding, each block, output end) at TP 1."""
+    parts = arch.parameter_breakdown()
+    blocks = [float(arch.layer_parameters())] * arch.layers
+    return [float(parts["embedding"]), *blocks, float(parts["head"])]
 
 
 def _layer_label(index: int, count: int) -> str:
     if index == 0:
         return "layer 0 (embedding)"
     return f"layer {index} (output end)" if index == count - 1 else "each block"
+
+
+def _apportioned_updates(
+    times: dict[int, dict[int, dict[int, tuple[float, float, float]]]],
+    rows: dict[int, dict[int, dict[str, object]]],
+    indices: list[int],
+    where: str,
+) -> dict[int, dict[int, dict[int, tuple[float, float, float]]]]:
+    """The times with each layer's update its share of the step Sailor measured: that step
+    is of the embedding, ONE block and the output layers (Sailor §4.1 profiles one instance
+    of repeated layers), and every row repeats it (docs/costmodel-compute.md, *Update
+    column*), so summed over a stage's layers as given it would count that whole step once
+    per layer. The parameters of a TP degree the memory file lacks are the nearest degree's
+    scaled by the ratio of degrees (the blocks, embedding and head are split by TP)."""
+    first, block, last = indices[0], indices[1], indices[-1]
+    out: dict[int, dict[int, dict[int, tuple[float, float, float]]]] = {}
+    for mbs, by_tp in times.items():
+        out[mbs] = {}
+        for tp, layers in by_tp.items():
+            near = min(rows, key=lambda t: (abs(t - tp), t))
+            params = {
+                i: _count(rows[near][i].get("params_floats"), f"{where}[{near}][{i}]") * near / tp
+                for i in (first, block, last, *layers)
+            }
+            mini = params[first] + params[block] + params[last]
+            out[mbs][tp] = {
+                i: (f, b, u * params[i] / mini if mini > 0 else u)
+                for i, (f, b, u) in layers.items()
+            }
+    return out
 
 
 def _memory(
@@ -471,44 +541,7 @@ def _intra_node(sources: _Sources, gpu: str, warnings: list[str]) -> dict[int, B
             f"{INTRA_FILE}: {gpu}'s fits equal {', '.join(copies)}'s exactly (one was likely "
             "copied from the other, not measured); imported as they are"
         )
-    return {n: _fit(raw, f"{where}[{n}]") for n, raw in _sizes(table, where)}
-
-
-def _inter_node(sources: _Sources, gpu: str, meta: dict[str, object]) -> dict[int, BandwidthFit]:
-    """Same-zone p2p fits of `gpu` per GPUs per end, the slowest peak over the zones (ties:
-    the first zone by name), naming the zone chosen in `meta`."""
-    if sources.multizone is None:
-        return {}
-    where = str(sources.root / MULTIZONE_FILE)
-    measured: dict[int, list[tuple[float, str, BandwidthFit]]] = {}
-    for zone in sorted(sources.multizone):
-        at = f"{where}[{zone}]"
-        by_gpu = _object(sources.multizone[zone], at, "sender gpu -> ...")
-        if gpu not in by_gpu:
-            continue
-        by_size = _object(by_gpu[gpu], f"{at}[{gpu}]", "sender gpus -> ...")
-        for n, receivers in _sizes(by_size, f"{at}[{gpu}]"):
-            here = f"{at}[{gpu}][{n}]"
-            same = _object(receivers, here, "receiver zone -> ...").get(zone)
-            if same is None:
-                continue
-            same_gpu = _object(same, f"{here}[{zone}]", "receiver gpu -> ...").get(gpu)
-            if same_gpu is None:
-                continue
-            entry = _object(same_gpu, f"{here}[{zone}][{gpu}]", "receiver gpus -> fit").get(str(n))
-            if entry is not None:
-                fit = _fit(entry, f"{here}[{zone}][{gpu}][{n}]")
-                measured.setdefault(n, []).append((fit.peak, zone, fit))
-    chosen = {n: min(options, key=lambda o: (o[0], o[1])) for n, options in measured.items()}
-    if chosen:
-        zones = sorted({zone for options in measured.values() for _, zone, _ in options})
-        picks = ", ".join(f"{n} per end: {zone}" for n, (_, zone, _) in sorted(chosen.items()))
-        meta["inter_node"] = (
-            f"p2p between two nodes of the same zone, keyed by GPUs per end; measured in "
-            f"{', '.join(zones)}; the slowest peak of each size is kept ({picks}); "
-            "cross-zone links belong in a spec's network: section and are left out"
-        )
-    return {n: fit for n, (_, _, fit) in sorted(chosen.items())}
+    return {n: read_fit(raw, f"{where}[{n}]") for n, raw in _sizes(table, where)}
 
 
 # -- the command -------------------------------------------------------------------------------

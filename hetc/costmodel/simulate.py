@@ -20,13 +20,17 @@ peak and `cost` the money. Choices made here, each documented where it is made:
 from __future__ import annotations
 
 import itertools
-import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from hetc.catalog import DeviceType, ModelArchitecture
+from hetc.catalog import (
+    DeviceType,
+    ModelArchitecture,
+    architecture_differences,
+    architecture_from_mapping,
+)
 from hetc.costmodel.compute import ComputeModel, LayerTimes, default_layout, layer_work
 from hetc.costmodel.cost import IterationCost, budget_to_train, cost_per_million_tokens
 from hetc.costmodel.cost import iteration_cost as price_iteration
@@ -40,16 +44,9 @@ from hetc.costmodel.memory import (
     stage_parameters_per_rank,
     tied_table_parameters_per_rank,
 )
-from hetc.costmodel.network import (
-    FLAT,
-    INTRA_NODE_LATENCY,
-    MessageSizeCurve,
-    intra_node_link,
-    link_between,
-    ring_all_reduce_time,
-    send_time,
-)
-from hetc.costmodel.profile import BandwidthFit, LayerProfile, ProfileError, read_profile
+from hetc.costmodel.network import ring_all_reduce_time, send_time
+from hetc.costmodel.pricing import End, Hop, LinkPricer
+from hetc.costmodel.profile import LayerProfile, ProfileError, read_profile
 from hetc.costmodel.schedule import (
     PipelineTimes,
     Timeline,
@@ -58,7 +55,7 @@ from hetc.costmodel.schedule import (
 )
 from hetc.plan import Node, Plan, Replica
 from hetc.plan.settings import reduce_bucket_elements
-from hetc.schema.spec import LinkClass, Spec, Zone
+from hetc.schema.spec import Spec, Zone
 
 ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
@@ -172,6 +169,7 @@ class _Context:
         self.nodes: dict[str, Node] = {n.id: n for n in plan.nodes}
         self.nic = {(z.name, p.name): p.nic_bandwidth for z in spec.zones for p in z.pools}
         self.element = ELEMENT_BYTES[spec.training.precision]
+        self.pricer = LinkPricer(spec, profiles)
         self._models: dict[str, ComputeModel] = {}
 
     def device(self, replica: Replica) -> DeviceType:
@@ -218,42 +216,17 @@ class _Context:
     def replica(self, stage: int, index: int) -> Replica:
         return self.plan.stages[stage].replicas[index]
 
-    def link(
-        self, a: Replica, b: Replica, *, flows: int = 1
-    ) -> tuple[LinkClass, float, MessageSizeCurve]:
-        """The link between two replicas' nodes, the NIC rate that bounds it, and the
-        message-size curve to scale it by.
+    def end(self, replica: Replica) -> End:
+        node = self.nodes[replica.node]
+        return End(self.zones[node.zone], replica.device, self.nic[node.zone, node.pool])
 
-        Where the device's profile measured the link, its fit stands in for the spec's
-        figure: inside a node the intra-node point-to-point fit; between two nodes of one
-        zone with the same device the inter-node fit for `flows` devices per node sending at
-        once (its peak is theirs together, so one flow gets peak / devices), at the spec's
-        latency for that zone pair. Elsewhere the spec's link, flat.
-        """
-        node_a, node_b = self.nodes[a.node], self.nodes[b.node]
-        if node_a.id == node_b.id:
-            fit = self.measured(a, "intra_node", "p2p", 2)
-            if fit is not None:
-                measured = LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY)
-                return measured, math.inf, fit.curve()
-            return intra_node_link(self.device(a)), math.inf, FLAT
-        nic = min(self.nic[node_a.zone, node_a.pool], self.nic[node_b.zone, node_b.pool])
-        spec_link = link_between(
-            self.spec.network, self.zones[node_a.zone], self.zones[node_b.zone]
-        )
-        profile = self.profiles.get(a.device)
-        if node_a.zone == node_b.zone and a.device == b.device and profile is not None:
-            between = profile.between_nodes(spec_link, flows)
-            if between is not None:
-                return between[0], nic, between[1]
-        return spec_link, nic, FLAT
-
-    def measured(
-        self, replica: Replica, scope: str, collective: str, devices: int
-    ) -> BandwidthFit | None:
-        """The device profile's fit for `collective` in `scope` nearest `devices`, if any."""
-        profile = self.profiles.get(replica.device)
-        return None if profile is None else profile.bandwidth(scope, collective, devices)
+    def hop(self, a: Replica, b: Replica, *, flows: int = 1) -> Hop:
+        """How a flow from replica a's node to replica b's is priced (`pricing.LinkPricer`):
+        inside one node the device's intra-node link, between nodes the most specific
+        measured link, else the spec's."""
+        if a.node == b.node:
+            return self.pricer.inside_node(a.device, "p2p", 2)
+        return self.pricer.between_nodes(self.end(a), self.end(b), flows)
 
     def activation_bytes(self) -> float:
         """One microbatch's hidden states at a stage boundary (sent once, not per TP rank)."""
@@ -267,8 +240,10 @@ class _Context:
         times = [self.stage_times(i, r) for i, r in enumerate(replicas)]
         sends = []
         for a, b in itertools.pairwise(replicas):
-            link, nic, curve = self.link(a, b)
-            sends.append(send_time(self.activation_bytes(), link, nic_bandwidth=nic, curve=curve))
+            hop = self.hop(a, b)
+            sends.append(
+                send_time(self.activation_bytes(), hop.link, nic_bandwidth=hop.nic, curve=hop.curve)
+            )
         return PipelineTimes(
             forward=tuple(t.forward for t in times),
             backward=tuple(t.backward for t in times),
@@ -295,38 +270,35 @@ class _Context:
             in_flight=in_flight,
         )
 
-    def ring(
-        self, replicas: tuple[Replica, ...], flows: int
-    ) -> tuple[tuple[LinkClass, ...], float, MessageSizeCurve]:
-        """The ring's hops, the tightest NIC, and the curve: a measured one only when every
-        hop has the same (one node, or distinct nodes of one zone and device). A ring inside
-        one node uses the profile's all-reduce fit for that many devices, if measured."""
+    def ring(self, replicas: tuple[Replica, ...], flows: int) -> list[Hop]:
+        """The distinct hops of a ring over `replicas` in their order: one intra-node
+        all-reduce hop when the ring never leaves a node, else each consecutive pair's hop
+        (each with its own curve: a step takes as long as its slowest hop)."""
         if len({r.node for r in replicas}) == 1:
-            fit = self.measured(replicas[0], "intra_node", "all_reduce", len(replicas))
-            if fit is not None:
-                hop = LinkClass(bandwidth=fit.peak, latency=INTRA_NODE_LATENCY)
-                return (hop,), math.inf, fit.curve()
-        hops, nic, curves = [], math.inf, set()
+            return [self.pricer.inside_node(replicas[0].device, "all_reduce", len(replicas))]
+        hops: list[Hop] = []
         for a, b in zip(replicas, (*replicas[1:], replicas[0]), strict=True):
-            link, rate, curve = self.link(a, b, flows=flows)
-            hops.append(link)
-            nic = min(nic, rate)
-            curves.add(curve)
-        return tuple(hops), nic, curves.pop() if len(curves) == 1 else FLAT
+            hop = self.hop(a, b, flows=flows)
+            if hop not in hops:
+                hops.append(hop)
+        return hops
 
     def sync_time(self, stage: int) -> float:
         replicas = self.plan.stages[stage].replicas
         seconds = 0.0
         if len(replicas) > 1:
             flows = max(r.tp for r in replicas)
-            hops, nic, curve = self.ring(replicas, flows)
-            seconds += ring_all_reduce_time(
-                self.gradient_bytes(stage),
-                len(replicas),
-                hops,
-                flows_on_nic=flows,
-                nic_bandwidth=nic,
-                curve=curve,
+            nbytes = self.gradient_bytes(stage)
+            seconds += max(
+                ring_all_reduce_time(
+                    nbytes,
+                    len(replicas),
+                    hop.link,
+                    flows_on_nic=flows,
+                    nic_bandwidth=hop.nic,
+                    curve=hop.curve,
+                )
+                for hop in self.ring(replicas, flows)
             )
         return seconds + self.tied_embedding_time(stage)
 
@@ -338,14 +310,20 @@ class _Context:
         worst = 0.0
         for path in self.plan.pipelines:
             first, final = self.replica(0, path.replicas[0]), self.replica(last, path.replicas[-1])
-            link, nic, curve = self.link(first, final)
+            hop = self.hop(first, final)
             nbytes = tied_table_parameters_per_rank(self.arch, first.tp) * self.element
-            seconds = ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
+            seconds = ring_all_reduce_time(
+                float(nbytes), 2, hop.link, nic_bandwidth=hop.nic, curve=hop.curve
+            )
             worst = max(worst, seconds)
         return worst
 
     def update_time(self, stage: int) -> float:
-        return max(self.stage_times(stage, r).update for r in self.plan.stages[stage].replicas)
+        """The stage's slowest optimizer step; under ZeRO 1 and 2 each replica steps its 1/D
+        partition of the optimizer state."""
+        replicas = self.plan.stages[stage].replicas
+        update = max(self.stage_times(stage, r).update for r in replicas)
+        return update / len(replicas) if self.spec.training.zero_stage >= 1 else update
 
     def traffic(self) -> dict[tuple[str, str], float]:
         flows: dict[tuple[str, str], float] = defaultdict(float)
@@ -499,7 +477,7 @@ def read_spec_profiles(
         if device is None:
             warn(f"{where}: profiles {profile.device!r}, which no pool of the spec rents: ignored")
             continue
-        _check_profile_model(profile, spec)
+        check_profile_model(profile, spec)
         if profile.seq_len != spec.training.seq_len:
             raise ProfileError(
                 f"{where}: measured at seq_len {profile.seq_len}; the spec trains seq_len"
@@ -518,22 +496,30 @@ def read_spec_profiles(
     return list(found.values())
 
 
-def _check_profile_model(profile: LayerProfile, spec: Spec) -> None:
-    """Refuse a profile of another model: its layers are not the ones the spec trains."""
+def check_profile_model(profile: LayerProfile, spec: Spec) -> None:
+    """Refuse a profile of another model: its layers are not the ones the spec trains.
+
+    A profile that records the architecture it timed serves exactly the specs that train that
+    architecture, whatever either calls it (a measured custom model, or Sailor's Megatron
+    builds of OPT-350M and GPT-Neo-2.7B, which are not the catalog's); one that records none
+    serves the model of its name with its number of layers."""
     where = profile.source
-    if profile.model.casefold() != spec.model_name.casefold():
+    if profile.architecture is not None:
+        try:
+            timed = architecture_from_mapping(dict(profile.architecture))
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ProfileError(f"{where}: `architecture` is not a model's shape ({exc})") from None
+        differ = architecture_differences(timed, spec.model)
+        if differ:
+            raise ProfileError(
+                f"{where}: profiled {profile.model}, another model than the spec's"
+                f" {spec.model_name} ({'; '.join(differ[:3])}, profile's vs spec's)"
+                " (profile the spec's model)"
+            )
+    elif profile.model.casefold() != spec.model_name.casefold():
         raise ProfileError(
             f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}"
         )
-    for key, value in (profile.architecture or {}).items():
-        mine = getattr(spec.model, key, None)
-        if isinstance(mine, tuple):
-            mine = list(mine)
-        if mine is not None and mine != value:
-            raise ProfileError(
-                f"{where}: profiled a model with {key} {value!r}; the spec's has {mine!r}"
-                " (profile the spec's model)"
-            )
     layers = profile.layer_indices()
     wanted = list(range(spec.model.layers + 2))
     if layers != wanted:

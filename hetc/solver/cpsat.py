@@ -185,7 +185,10 @@ def _terms(model: PlanningModel, shape: Shape, fits: Sequence[Sequence[int]]) ->
                     tied_egress[a, b] = egress
     return _Terms(
         compute=tuple({k: t[0] for k, t in stage.items()} for stage in times),
-        update=tuple({k: t[2] for k, t in stage.items()} for stage in times),
+        update=tuple(
+            {k: model.update_time(k, mbs, *ranges[i], dp) for k in stage}
+            for i, stage in enumerate(times)
+        ),
         send=tuple(
             {(a, b): model.send(a, b, mbs) for a in stage_pools[i] for b in stage_pools[i + 1]}
             for i in range(stages - 1)
@@ -519,7 +522,13 @@ def _lower_bound(model: PlanningModel, shape: Shape) -> float | None:
         key = model.stage_key(shape, i)
         times = {k: model.stage_time(k, mbs, first, end) for k in fit}
         fastest.append(min(times[k][0] for k in fit))
-        sync.append(min(times[k][2] + (model.ring(k, k, key, dp) if dp > 1 else 0.0) for k in fit))
+        sync.append(
+            min(
+                model.update_time(k, mbs, first, end, dp)
+                + (model.ring(k, k, key, dp) if dp > 1 else 0.0)
+                for k in fit
+            )
+        )
         rate += dp * min(
             model.kinds[k].tp * model.pools[model.kinds[k].pool].pool.price for k in fit
         )

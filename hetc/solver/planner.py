@@ -41,6 +41,13 @@ __all__ = [
     "plan_spec",
 ]
 
+RERANKED = 4
+"""Candidates the search returns at least, so that the simulator can rank them: the search
+optimises the planning model's closed form, an upper bound of the simulated time (the
+planning model prices every hop as the simulator does, but every pipeline as slow as its
+slowest replica and the pipeline's sends on its period), so the best few by the closed form
+are simulated and ranked by the simulator's objective."""
+
 LARGE_CLUSTER_DEVICES = 64
 """Above this many rentable devices the `kind-profiles` approximation is on by default: on
 the bench scenarios the exact search does not finish in a minute there, while
@@ -83,7 +90,8 @@ def plan_spec(
     progress: Progress | None = None,
     must_use: frozenset[int] = frozenset(),
 ) -> PlanningResult:
-    """Search the spec and build the best `top` plans (fewer if fewer are feasible)."""
+    """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
+    by the simulator among the search's best `max(top, RERANKED)` candidates."""
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
     if unknown:
         raise ValueError(f"unknown approximation(s) {unknown}; known: {sorted(APPROXIMATIONS)}")
@@ -92,7 +100,7 @@ def plan_spec(
     result = search(
         model,
         SearchOptions(
-            top=top,
+            top=max(top, RERANKED),
             approximations=chosen,
             eval_limit=eval_limit,
             time_limit=time_limit,
@@ -110,9 +118,18 @@ def plan_spec(
         simulation = simulate(plan, spec, profiles=profiles, overhead=overhead)
         plan = replace(plan, predictions=predictions_of(simulation))
         proposals.append(Proposal(candidate=candidate, plan=plan, simulation=simulation))
+    ranked = sorted(proposals, key=lambda p: simulated_objective(spec, p.simulation))[:top]
     return PlanningResult(
-        proposals=tuple(proposals), search=result, approximations=chosen, model=model
+        proposals=tuple(ranked), search=result, approximations=chosen, model=model
     )
+
+
+def simulated_objective(spec: Spec, simulation: Simulation) -> float:
+    """What the spec's objective minimises, by the simulator: USD per iteration for
+    `min_cost`, else seconds per iteration."""
+    if spec.objective == "min_cost":
+        return simulation.cost.total
+    return simulation.iteration_time
 
 
 def predictions_of(simulation: Simulation) -> Predictions:

@@ -26,6 +26,7 @@ from hetc.solver.planner import (
     diagnose,
     explain_unused,
     plan_spec,
+    simulated_objective,
 )
 from hetc.solver.search import Candidate
 
@@ -264,7 +265,7 @@ def run_plan_command(
     explanations = explain_unused(result, spec, **options) if explain else []
     checked = cross_check(result) if solver == "cp-sat" else None
     if as_json:
-        echo(json.dumps(_result_json(result, explanations, checked), indent=2))
+        echo(json.dumps(_result_json(spec, result, explanations, checked), indent=2))
         return 0
     used = ", ".join(sorted(result.approximations)) or "none"
     header = (
@@ -278,11 +279,11 @@ def run_plan_command(
     blocks = [header]
     blocks += [plan_table(p, i + 1, spec) for i, p in enumerate(result.proposals)]
     if len(result.proposals) > 1:
-        best = result.proposals[0].candidate.value
+        best = simulated_objective(spec, result.proposals[0].simulation)
         blocks.append(
             "alternatives lose: "
             + "; ".join(
-                f"plan {i + 1} by {relative_loss(p.candidate.value, best)}"
+                f"plan {i + 1} by {relative_loss(simulated_objective(spec, p.simulation), best)}"
                 for i, p in enumerate(result.proposals[1:], start=1)
             )
         )
@@ -303,7 +304,10 @@ def run_plan_command(
 
 
 def _result_json(
-    result: PlanningResult, explanations: list[Explanation], checked: dict[str, Any] | None
+    spec: Spec,
+    result: PlanningResult,
+    explanations: list[Explanation],
+    checked: dict[str, Any] | None,
 ) -> dict[str, Any]:
     search = result.search
     return {
@@ -317,7 +321,7 @@ def _result_json(
         "plans": [
             {
                 "rank": i + 1,
-                "objective": p.candidate.value,
+                "objective": simulated_objective(spec, p.simulation),
                 "planner_iteration_time": p.candidate.estimate.iteration_time,
                 "planner_cost_per_iteration": p.candidate.estimate.cost,
                 "plan": json.loads(plan_to_json(p.plan)),
