@@ -145,3 +145,34 @@ def test_lookup_ignores_case_and_uses_aliases() -> None:
     assert catalog.find_device("a100-40gb").name == "A100-40GB"  # type: ignore[union-attr]
     assert catalog.find_model("gpt-5") is None
     assert catalog.find_device("B200") is None
+
+
+def test_architecture_differences_name_each_field_and_ignore_spelled_defaults() -> None:
+    """Sailor's GPT-Neo build against the catalog's: the padded vocabulary, 32 heads of 80,
+    Q/K/V biases and global attention; spelling a default out (ffn = 4 x hidden, kv_heads =
+    heads) is no difference."""
+    from dataclasses import replace
+
+    from hetc.catalog import architecture_differences
+
+    neo = catalog.models()["GPT-Neo-2.7B"].architecture
+    build = replace(
+        neo,
+        vocab=50304,
+        heads=32,
+        head_dim=80,
+        qkv_bias=True,
+        local_attention_window=None,
+        attention_pattern=("global",),
+    )
+    names = [d.split(":")[0] for d in architecture_differences(neo, build)]
+    assert names == [
+        "heads",
+        "vocab",
+        "head_dim",
+        "qkv_bias",
+        "local_attention_window",
+        "attention_pattern",
+    ]
+    spelled = replace(neo, ffn=4 * neo.hidden, kv_heads=neo.heads)
+    assert architecture_differences(neo, spelled) == []

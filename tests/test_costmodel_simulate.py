@@ -206,3 +206,27 @@ def test_framework_overhead_can_differ_per_device() -> None:
     for before, after in zip(default.ranks, tuned.ranks, strict=True):
         extra = after.memory.total - before.memory.total
         assert extra == pytest.approx(GIB if before.device == "V100-16GB" else 0.0)
+
+
+def test_zero_partitions_the_optimizer_step_over_the_replicas() -> None:
+    """Under ZeRO 1 each of a stage's D replicas steps its 1/D partition: the simulator's
+    update and the planning model's u_i are a whole step over D; under ZeRO 0 the whole."""
+    from hetc.costmodel.planning import PlanningModel
+
+    nodes = [_node("a100-40gb", "a", k) for k in range(4)]
+    plan = _plan([(0, 32, nodes)], [8, 8, 8, 8])
+    zero1 = _spec()
+    zero0 = _spec(NEO.replace("zero_stage: 1", "zero_stage: 0"))
+    whole = simulate(plan, zero0).timeline
+    part = simulate(plan, zero1).timeline
+
+    def update(timeline: object) -> float:
+        busy = timeline.busy[0, 0]  # type: ignore[attr-defined]
+        return sum(i.end - i.start for i in busy if i.what == "update")
+
+    assert update(part) == pytest.approx(update(whole) / 4)
+    for spec, divisor in ((zero1, 4), (zero0, 1)):
+        model = PlanningModel(spec)
+        kind = next(k.index for k in model.kinds if k.device == "A100-40GB" and k.tp == 4)
+        step = model.stage_time(kind, 1, 0, 34)[2]
+        assert model.update_time(kind, 1, 0, 34, 4) == pytest.approx(step / divisor)

@@ -3,6 +3,7 @@ about and used, measured memory and bandwidth in the simulator, and a slow profi
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -84,11 +85,73 @@ def _write(tmp_path: Path, profile: LayerProfile, name: str = "p.json") -> Path:
 
 
 def test_a_profile_round_trips(tmp_path: Path) -> None:
-    from hetc.costmodel.profile import read_profile
+    """Every section survives writing and reading, links between named zones and fit sizes
+    included."""
+    from hetc.costmodel.profile import MeasuredLink, read_profile
 
-    profile = _profile(meta={"origin": "test", "threads": 1})
+    link = MeasuredLink(
+        source="z",
+        target="y",
+        peer="V100-16GB",
+        collective="p2p",
+        devices=4,
+        fit=BandwidthFit(coefficients=(0.1, 0.2, 0.3), peak=5e9, sizes=(1e6, 1e9)),
+    )
+    profile = _profile(meta={"origin": "test", "threads": 1}, links=(link,))
     again = read_profile(_write(tmp_path, profile))
     assert replace(again, source="") == profile
+    assert again.link_between("z", "y", "v100-16gb", 3) == link, "nearest count, any case"
+    assert again.link_between("y", "z", "V100-16GB", 4) is None, "links have a direction"
+
+
+@pytest.mark.parametrize(
+    ("links", "message"),
+    [
+        ({"from": "z", "to": "y", "fit": {}}, r"links\[0\]: expected keys .*missing \['devices'\]"),
+        (
+            {"from": "z", "to": "y", "devices": 0, "fit": {"coefficients": [0, 0, 1], "peak": 1}},
+            r"devices must be a positive integer",
+        ),
+        (
+            {"from": "z", "to": "y", "devices": 1, "collective": "all_reduce", "fit": {}},
+            r"only p2p links are measured",
+        ),
+        (
+            {
+                "from": "z",
+                "to": "y",
+                "devices": 1,
+                "fit": {"coefficients": [0, 0, 1], "peak": 1, "sizes": [5, 1]},
+            },
+            r"links\[0\]\.fit: sizes must be 0 < smallest <= largest",
+        ),
+    ],
+)
+def test_a_malformed_link_names_its_key_path(
+    tmp_path: Path, links: dict[str, object], message: str
+) -> None:
+    from hetc.costmodel.profile import read_profile
+
+    data = _profile().to_json()
+    data["network"] = {"links": [links]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match=message):
+        read_profile(path)
+
+
+def test_a_recorded_architecture_decides_which_specs_a_profile_serves(tmp_path: Path) -> None:
+    """A profile that records the architecture it timed serves a spec training exactly that
+    architecture, whatever either calls the model; one that records none, the model of its
+    name."""
+    from hetc.costmodel.simulate import check_profile_model
+
+    spec = _spec(tmp_path)
+    check_profile_model(_profile(model="Sailor's build"), spec)  # type: ignore[arg-type]
+    with pytest.raises(ProfileError, match=r"ffn: 128 vs 256"):
+        check_profile_model(_profile(architecture={**ARCH, "ffn": 128}), spec)  # type: ignore[arg-type]
+    with pytest.raises(ProfileError, match=r"profiles model 'other'"):
+        check_profile_model(_profile(model="other", architecture=None), spec)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

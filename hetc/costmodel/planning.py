@@ -343,16 +343,22 @@ class PlanningModel:
         """The link between replicas of two pools, its curve and NIC rate, for `flows`
         devices per node sending at once: the hop `pricing.LinkPricer` prices between their
         nodes, as the simulator does. Two replicas of one pool may also share a node (where
-        the node holds more than `flows` devices: the placement decides), so there the hop
-        is the slower of the two (`pricing.slower_of`): the estimate is never below the
-        simulator's price of either placement."""
+        the node holds more than `flows` devices: the placement decides), and a ring of n
+        of them may even stay inside one (priced by the node's n-device all-reduce), so
+        there the hop is the slowest of those (`pricing.slower_of`): the estimate is never
+        below the simulator's price of any placement."""
         key = (pool_a, pool_b, flows)
         found = self._links.get(key)
         if found is None:
             hop = self.pricer.between_nodes(self.end(pool_a), self.end(pool_b), flows)
             slot = self.pools[pool_a]
-            if pool_a == pool_b and slot.pool.gpus_per_node > flows:
-                inside = self.pricer.inside_node(slot.pool.device, "p2p", 2)
+            gpn = slot.pool.gpus_per_node
+            if pool_a == pool_b and gpn > flows:
+                device = slot.pool.device
+                inside = (
+                    self.pricer.inside_node(device, "p2p", 2),
+                    *(self.pricer.inside_node(device, "all_reduce", n) for n in range(2, gpn + 1)),
+                )
                 hop = slower_of(hop, inside, flows)
             found = self._links[key] = (hop.link, hop.curve, hop.nic)
         return found

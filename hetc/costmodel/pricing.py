@@ -195,48 +195,43 @@ def _base_class(spec: Spec, a: Zone, b: Zone) -> LinkClass:
 
 @dataclass(frozen=True, slots=True)
 class SlowerOf:
-    """A message-size curve that prices a message at the slower of two hops, each with `flows`
-    flows on its NIC: used on a link of 1 byte/s with no latency and no NIC, its transfer time
-    is max(first's, second's). The planner prices a hop between two replicas of one pool this
-    way when they may share a node (the placement decides), so that its estimate is never
-    below what the simulator prices either placement at."""
+    """A message-size curve that prices a message at the slowest of several hops, each with
+    `flows` flows on its NIC: used on a link of 1 byte/s with no latency and no NIC, its
+    transfer time is the largest of theirs. The planner prices a hop between two replicas of
+    one pool this way when they may share a node (the placement decides), so that its
+    estimate is never below what the simulator prices any placement at."""
 
-    first: Hop
-    second: Hop
+    hops: tuple[Hop, ...]
     flows: int
 
     def __call__(self, nbytes: float) -> float:
-        slowest = max(
-            transfer_time(
-                nbytes,
-                hop.link,
-                flows_on_nic=self.flows,
-                nic_bandwidth=hop.nic,
-                curve=hop.curve,
-            )
-            for hop in (self.first, self.second)
-        )
+        slowest = max(_seconds(hop, nbytes, self.flows) for hop in self.hops)
         return nbytes / slowest if slowest > 0 else 1.0
 
 
+def _seconds(hop: Hop, nbytes: float, flows: int) -> float:
+    return transfer_time(
+        nbytes, hop.link, flows_on_nic=flows, nic_bandwidth=hop.nic, curve=hop.curve
+    )
+
+
 _PROBE_SIZES = tuple(float(4**k) for k in range(5, 17))
-"""Message bytes (1 KiB to 4 GiB, powers of 4) at which `slower_of` compares two hops."""
+"""Message bytes (1 KiB to 4 GiB, powers of 4) at which `slower_of` compares hops."""
 
 
-def slower_of(first: Hop, second: Hop, flows: int) -> Hop:
-    """`first` where it is the slower hop at every probed message size (the usual case: a
-    network hop against an NVLink one), else both combined by `SlowerOf`."""
-
-    def seconds(hop: Hop, nbytes: float) -> float:
-        return transfer_time(
-            nbytes, hop.link, flows_on_nic=flows, nic_bandwidth=hop.nic, curve=hop.curve
-        )
-
-    if all(seconds(first, n) >= seconds(second, n) for n in _PROBE_SIZES):
+def slower_of(first: Hop, others: tuple[Hop, ...], flows: int) -> Hop:
+    """`first` where it is the slowest hop at every probed message size (the usual case: a
+    network hop against NVLink), else all of them combined by `SlowerOf`."""
+    slower = tuple(
+        hop
+        for hop in others
+        if any(_seconds(hop, n, flows) > _seconds(first, n, flows) for n in _PROBE_SIZES)
+    )
+    if not slower:
         return first
     return Hop(
         link=LinkClass(bandwidth=1.0, latency=0.0),
-        curve=SlowerOf(first, second, flows),
+        curve=SlowerOf((first, *slower), flows),
         nic=math.inf,
-        source=f"{first.source}; or, on one node, {second.source}",
+        source="; or, on one node, ".join(hop.source for hop in (first, *slower)),
     )
