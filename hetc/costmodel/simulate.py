@@ -426,6 +426,9 @@ class _Context:
                 )
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
                 capacity = self.device(replica).memory
+                profile = self.profiles.get(replica.device)
+                mbs = self.plan.microbatch_size
+                oom = profile is not None and profile.ran_out_of_memory(mbs, replica.tp)
                 for tp_rank, local in enumerate(replica.local_ranks):
                     key = f"{replica.node}#{local}"
                     reports.append(
@@ -439,7 +442,12 @@ class _Context:
                             memory=memory,
                             capacity=capacity,
                             busy_fraction=busy,
-                            problem=check_fits(memory, capacity, key),
+                            problem=(
+                                f"{key}: {replica.device} ran out of memory at microbatch"
+                                f" {mbs}, TP {replica.tp} when profiled ({profile.source})"
+                                if oom and profile is not None
+                                else check_fits(memory, capacity, key)
+                            ),
                         )
                     )
         return tuple(reports)
@@ -480,15 +488,15 @@ def read_spec_profiles(
     *,
     extra: Sequence[str] = (),
     warn: Callable[[str], None] = lambda _message: None,
+    spec_file: str = "SPEC",
 ) -> list[LayerProfile]:
     """The spec's `profiles:` files (paths relative to the spec) and `extra` ones (paths as
     given, e.g. `hetc compile --profile`), each checked against what the spec trains.
 
-    Refused with a `ProfileError` naming the file and the mismatch: another model (name, the
-    recorded architecture, or the number of layers), another sequence length, two profiles
-    for one device. Warned about and still used: another precision (the times are then an
-    approximation, so the user should know). Warned about and skipped: a device no pool of
-    the spec rents.
+    Refused with a `ProfileError` naming the file and the mismatch, and what to do: another
+    model (name, the recorded architecture, or the number of layers), another sequence length
+    or precision (its times are another computation's), two profiles for one device. Warned
+    about and skipped: a device no pool of the spec rents.
     """
     found: dict[str, LayerProfile] = {}
     names = [os.path.join(spec_dir, name) for name in spec.profiles] + list(extra)
@@ -499,31 +507,39 @@ def read_spec_profiles(
         if device is None:
             warn(f"{where}: profiles {profile.device!r}, which no pool of the spec rents: ignored")
             continue
-        _check_profile_model(profile, spec)
+        remeasure = (
+            f"list a profile of the spec's training, measured with: hetc profile measure"
+            f" {spec_file} --device {device} -o NEW_PROFILE.json"
+        )
+        _check_profile_model(profile, spec, remeasure)
         if profile.seq_len != spec.training.seq_len:
             raise ProfileError(
                 f"{where}: measured at seq_len {profile.seq_len}; the spec trains seq_len"
-                f" {spec.training.seq_len} (profile that length)"
+                f" {spec.training.seq_len}",
+                remeasure,
             )
         if profile.precision != spec.training.precision:
-            warn(
+            raise ProfileError(
                 f"{where}: measured at {profile.precision}; the spec trains"
-                f" {spec.training.precision}: its times are used for {device} as they are"
+                f" {spec.training.precision}, whose layers run other kernels at another speed",
+                remeasure,
             )
         if device in found:
             raise ProfileError(
-                f"{where}: a second profile for {device} (first: {found[device].source})"
+                f"{where}: a second profile for {device} (first: {found[device].source})",
+                "list one profile per device",
             )
-        found[device] = replace(profile, device=device, precision=spec.training.precision)
+        found[device] = replace(profile, device=device)
     return list(found.values())
 
 
-def _check_profile_model(profile: LayerProfile, spec: Spec) -> None:
+def _check_profile_model(profile: LayerProfile, spec: Spec, to_fix: str) -> None:
     """Refuse a profile of another model: its layers are not the ones the spec trains."""
     where = profile.source
     if profile.model.casefold() != spec.model_name.casefold():
         raise ProfileError(
-            f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}"
+            f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}",
+            to_fix,
         )
     for key, value in (profile.architecture or {}).items():
         mine = getattr(spec.model, key, None)
@@ -531,13 +547,14 @@ def _check_profile_model(profile: LayerProfile, spec: Spec) -> None:
             mine = list(mine)
         if mine is not None and mine != value:
             raise ProfileError(
-                f"{where}: profiled a model with {key} {value!r}; the spec's has {mine!r}"
-                " (profile the spec's model)"
+                f"{where}: profiled a model with {key} {value!r}; the spec's has {mine!r}",
+                to_fix,
             )
     layers = profile.layer_indices()
     wanted = list(range(spec.model.layers + 2))
     if layers != wanted:
         raise ProfileError(
             f"{where}: times layers {layers[0]}..{layers[-1]} ({len(layers)}); the spec's model"
-            f" has {len(wanted)} (embedding, {spec.model.layers} blocks, output end)"
+            f" has {len(wanted)} (embedding, {spec.model.layers} blocks, output end)",
+            to_fix,
         )
