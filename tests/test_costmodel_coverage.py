@@ -4,10 +4,12 @@ restriction to measured points (`PlanningModel(measured_points=True)`) against t
 the profiles hold.
 
 Mutation checks done by hand (each made the named test fail, then was undone): dropping the
-tied embedding's hop from `coverage._hops` (test_every_term_of_a_mixed_plan_is_listed lost
-its `links between regions` line), pricing a single-node ring by all-reduce only
-(test_a_ring_inside_a_node_is_measured_by_its_point_to_point_fit), `point_allowed` ignoring
-`out_of_memory` (test_a_point_measured_out_of_memory_never_fits), and `microbatch_sizes`
+tied embedding's hop, or the pipeline sends, from `coverage._hops`
+(test_pipeline_sends_and_the_tied_embedding_hop_are_both_priced); dropping a ring's hops
+between nodes (test_links_between_nodes_are_measured_by_the_inter_node_fit); pricing a
+single-node ring by an all-reduce fit only
+(test_a_ring_inside_a_node_is_measured_by_its_point_to_point_fit); `point_allowed` ignoring
+`out_of_memory` (test_a_point_measured_out_of_memory_never_fits); `microbatch_sizes`
 ignoring `measured_points` (test_measured_points_are_exactly_the_profiles_points).
 """
 
@@ -342,3 +344,48 @@ def test_a_point_measured_out_of_memory_never_fits(tmp_path: Path) -> None:
     best = plan_spec(spec, profiles=[profile]).proposals[0].plan
     uses_a = any(r.device == "CPU-A" for s in best.stages for r in s.replicas)
     assert best.microbatch_size == 1 or not uses_a
+
+
+def _three_stage_plan() -> Plan:
+    """Stages on a1 (z1), a2 (z2), a3 (z1): both pipeline sends cross zones, and only the
+    tied embedding's hop, between the first and last stage, joins two nodes of z1."""
+    nodes = (
+        _node("a1", "z1", "r1", "CPU-A"),
+        _node("a2", "z2", "r1", "CPU-A"),
+        _node("a3", "z1", "r1", "CPU-A"),
+    )
+    return Plan(
+        spec_hash="0" * 64,
+        hetc_version="0",
+        model_blocks=2,
+        global_batch_size=8,
+        microbatch_size=1,
+        nodes=nodes,
+        stages=tuple(
+            Stage(
+                first_block=min(i, 2),
+                end_block=min(i + 1, 2) if i < 2 else 2,
+                replicas=(Replica(device="CPU-A", tp=1, node=node.id, local_ranks=(0,)),),
+            )
+            for i, node in enumerate(nodes)
+        ),
+        pipelines=(Pipeline(replicas=(0, 0, 0), microbatches=8),),
+    )
+
+
+def test_pipeline_sends_and_the_tied_embedding_hop_are_both_priced(tmp_path: Path) -> None:
+    """The sends give the links between zones; the tied embedding's all-reduce alone gives
+    the link between nodes, and an untied model has none."""
+    profile = _profile({1: (1,)})
+    tied = plan_coverage(_spec(tmp_path), [profile], _three_stage_plan())
+    assert [f.term for f in tied] == ["links between nodes", "links between zones"]
+    path = tmp_path / "untied.yaml"
+    text = SPEC.replace("CHECKPOINTING", "false")
+    path.write_text(
+        text.replace("max_positions: 64}", "max_positions: 64, tied_embeddings: false}")
+    )
+    untied = check_file(str(path)).spec
+    assert untied is not None
+    assert [f.term for f in plan_coverage(untied, [profile], _three_stage_plan())] == [
+        "links between zones"
+    ]

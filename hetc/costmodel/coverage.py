@@ -111,7 +111,7 @@ def plan_coverage(spec: Spec, profiles: Sequence[LayerProfile], plan: Plan) -> l
                 "formula under activation checkpointing (a profile measures layers that keep"
                 " their activations)"
             )
-    for hop in _hops(plan):
+    for hop in _hops(plan, tied=spec.model.tied_embeddings):
         cpu = spec.devices[hop.a.device].kind == "cpu"
         for key, what in _hop_fallback(hop, by_device, cpu):
             found[key].append(what)
@@ -181,10 +181,10 @@ def _points(plan: Plan) -> dict[str, set[int]]:
     return points
 
 
-def _hops(plan: Plan) -> Iterator[_Hop]:
-    """Every transfer the simulator prices: pipeline sends, the tied embedding's all-reduce
-    between first and last stage, and each stage's data-parallel ring (one all-reduce fit
-    inside one node; else hop by hop)."""
+def _hops(plan: Plan, *, tied: bool) -> Iterator[_Hop]:
+    """Every transfer the simulator prices: pipeline sends, with `tied` embeddings the
+    all-reduce of the token table between first and last stage, and each stage's
+    data-parallel ring (one all-reduce fit inside one node; else hop by hop)."""
     nodes = {n.id: n for n in plan.nodes}
 
     def hop(a: Replica, b: Replica, collective: str = "p2p", devices: int = 2) -> _Hop:
@@ -197,7 +197,7 @@ def _hops(plan: Plan) -> Iterator[_Hop]:
         path_replicas = [plan.stages[i].replicas[j] for i, j in enumerate(path.replicas)]
         for a, b in pairwise(path_replicas):
             yield hop(a, b)
-        if last > 0:
+        if tied and last > 0:
             yield hop(path_replicas[0], path_replicas[-1])
     for stage in plan.stages:
         ring = stage.replicas
