@@ -97,12 +97,13 @@ def run_measure_command(
     budget: float | None = None,
     remeasure: bool = False,
     terminal: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """Measure what the output file lacks and write the profile; returns the exit code (0
     written or nothing to measure, 1 a device, model, TP degree or output file the spec
     cannot use, 2 a malformed option, 4 this machine cannot measure it). `terminal`: stderr
-    is a terminal, so progress is one bar redrawn in place."""
-    began = time.monotonic()
+    is a terminal, so progress is one bar redrawn in place. `clock` times the budget."""
+    began = clock()
     try:
         name, node = _device(spec, device)
         config = _model(spec)
@@ -165,10 +166,10 @@ def run_measure_command(
     measured = Measured()
     if between:
         measured.network["inter_node"] = between
-    progress = Progress(echo, total, terminal=terminal)
+    progress = Progress(echo, total, terminal=terminal, clock=clock)
 
     def go() -> bool:
-        return budget is None or time.monotonic() - began < budget
+        return budget is None or clock() - began < budget
 
     complete, failure = False, None
     try:
@@ -221,7 +222,7 @@ def run_measure_command(
         + f", {spec.model.layers + 2} layers each"
         + (", collectives inside a node" if intra and "intra_node" in measured.network else "")
         + (", the link between nodes" if "inter_node" in measured.network else "")
-        + f" ({time.monotonic() - began:.1f} s)"
+        + f" ({clock() - began:.1f} s)"
     )
     echo(summary, err=True)
     if not complete:

@@ -50,7 +50,7 @@ def _free_port() -> int:
         return port
 
 
-class _Group:
+class Group:
     """Running rank processes in a scratch folder; `poll` says whether all have finished."""
 
     def __init__(
@@ -75,7 +75,7 @@ class _Group:
 
 
 @contextmanager
-def _started(task: dict[str, Any], size: int, threads: int | None) -> Iterator[_Group]:
+def _started(task: dict[str, Any], size: int, threads: int | None) -> Iterator[Group]:
     with tempfile.TemporaryDirectory(prefix="hetc-profile-") as scratch, ExitStack() as files:
         folder = Path(scratch)
         task_path = folder / "task.json"
@@ -100,7 +100,7 @@ def _started(task: dict[str, Any], size: int, threads: int | None) -> Iterator[_
             for r in range(size)
         ]
         try:
-            yield _Group(folder, processes, logs)
+            yield Group(folder, processes, logs)
         finally:
             for process in processes:
                 if process.poll() is None:
@@ -135,40 +135,44 @@ def run_layer_group(
     docstring); `on_point` gets each, and its answer goes to the ranks."""
     request = {"kind": "layers", "layers": task.to_json(), "cuda": task.cuda}
     with _started(request, size, threads) as group:
-        deadline = time.monotonic() + deadline_s
-        index = 0
-        while True:
-            failure: GroupFailed | None = None
-            try:
-                finished = group.poll(deadline)
-            except GroupFailed as exc:
-                failure, finished = exc, True
-            while index < len(task.microbatches) and all(
-                (group.folder / f"rank-{r}-point-{index}.json").exists() for r in range(size)
-            ):
-                ranks = [
-                    RankMeasurement.from_json(
-                        json.loads(
-                            (group.folder / f"rank-{r}-point-{index}.json").read_text("utf-8")
-                        )
-                    )
-                    for r in range(size)
-                ]
-                go = on_point(task.microbatches[index], slowest(ranks))
-                _write(group.folder / f"decision-{index}", "go" if go else "stop")
-                index += 1
-                if not go:
-                    return
-            if failure is not None:
-                oom = [group.folder / f"rank-{r}-oom.json" for r in range(size)]
-                found = [json.loads(p.read_text("utf-8")) for p in oom if p.exists()]
-                if not found:
-                    raise failure
-                on_point(min(found), None)
+        follow(group, task.microbatches, time.monotonic() + deadline_s, on_point)
+
+
+def follow(group: Group, microbatches: Sequence[int], deadline: float, on_point: PointSink) -> None:
+    """The parent's side of a layers group: each point's files as the ranks write them,
+    `on_point`'s word back to them, and a rank's out-of-memory exit as that point's None."""
+    size = len(group.processes)
+    index = 0
+    while True:
+        failure: GroupFailed | None = None
+        try:
+            finished = group.poll(deadline)
+        except GroupFailed as exc:
+            failure, finished = exc, True
+        while index < len(microbatches) and all(
+            (group.folder / f"rank-{r}-point-{index}.json").exists() for r in range(size)
+        ):
+            ranks = [
+                RankMeasurement.from_json(
+                    json.loads((group.folder / f"rank-{r}-point-{index}.json").read_text("utf-8"))
+                )
+                for r in range(size)
+            ]
+            go = on_point(microbatches[index], slowest(ranks))
+            _write(group.folder / f"decision-{index}", "go" if go else "stop")
+            index += 1
+            if not go:
                 return
-            if finished:
-                return
-            time.sleep(POLL_S)
+        if failure is not None:
+            oom = [group.folder / f"rank-{r}-oom.json" for r in range(size)]
+            found = [json.loads(p.read_text("utf-8")) for p in oom if p.exists()]
+            if not found:
+                raise failure
+            on_point(min(found), None)
+            return
+        if finished:
+            return
+        time.sleep(POLL_S)
 
 
 def _write(path: Path, text: str) -> None:
