@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from runtime_harness import NODE_A, launch, one_stage_plan, ranks_in_plan_order, write_output
 from typer.testing import CliRunner
 
 from hetc.cli import app
@@ -22,9 +22,6 @@ from hetc.runtime.environment import (
     gpu_driver_version,
     profile_warning,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from runtime_harness import NODE_A, launch, one_stage_plan, ranks_in_plan_order, write_output  # noqa: E402
 
 runner = CliRunner()
 RECORDED = {

@@ -223,6 +223,23 @@ def test_tp2_ranks_hold_half_the_split_weights_and_the_network_is_fitted(tmp_pat
         assert fit.peak == max(rate for _, rate in fit.points) > 0
 
 
+@pytest.mark.slow  # two TP-2 groups start torch: ~15 s on 2 cores
+def test_a_budget_stops_a_tp_group_between_points_and_the_rerun_finishes(tmp_path: Path) -> None:
+    """Real ranks: with the budget spent, a TP 2 group stops after the point in progress and
+    the file holds it; the same command without a budget measures only the other point."""
+    spec = write_spec(tmp_path)
+    output = tmp_path / "p.json"
+    options = ("--tp", "2", "--microbatch", "1,2", "--no-network")
+    code, stderr = run_measure(spec, output, *options, "--budget", "0")
+    assert code == 0, stderr
+    assert read_profile(output).points() == [(1, 2)]
+    assert "not measured: TP 2 at microbatch 2" in stderr
+    code, stderr = run_measure(spec, output, *options)
+    assert code == 0, stderr
+    assert "1 point(s) measured, 1 kept" in stderr
+    assert read_profile(output).points() == [(1, 2), (2, 2)]
+
+
 def test_bandwidth_is_what_the_ring_formulas_divide_by() -> None:
     # 8 MB over 4 devices in 10 ms.
     assert collectives.bandwidth("all_reduce", 8e6, 4, 0.01) == pytest.approx(1.2e9)
