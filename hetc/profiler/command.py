@@ -133,8 +133,13 @@ def run_measure_command(
         threads = int(given) if given.isdigit() and int(given) > 0 else 1
     per_rank = threads if threads is not None else torch.get_num_threads()
     environment = current_environment(cuda=cuda, threads=per_rank)
+    writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
     try:
-        existing = _existing(output, spec, name, environment, remeasure=remeasure, echo=echo)
+        existing = (
+            _existing(output, spec, name, environment, remeasure=remeasure, echo=echo)
+            if writer
+            else None
+        )
     except _Refused as refused:
         echo(str(refused), err=True)
         echo(f"To fix: {refused.to_fix}", err=True)
@@ -145,7 +150,7 @@ def run_measure_command(
     between: dict[str, dict[int, BandwidthFit]] = {}
     if world > 1 and messages:
         between = measure_inter_node(messages, warmup, repeats, cuda, echo)
-        if int(os.environ.get("RANK", "0")) != 0:
+        if not writer:
             echo("hetc: inter-node collectives measured; rank 0 writes the profile", err=True)
             return 0
     total = len(todo) + intra + bool(loopback)
