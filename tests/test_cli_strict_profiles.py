@@ -234,3 +234,26 @@ def test_a_truncated_profile_is_one_positioned_error(tmp_path: Path) -> None:
     row, column = line[len(str(profile)) + 1 :].split(":")[:2]
     assert row.isdigit() and column.isdigit()
     assert not out.exists() and "Traceback" not in result.output
+
+
+def test_no_plan_at_the_measured_points_says_so_and_what_to_measure(tmp_path: Path) -> None:
+    """A profile timed only at points the planner never uses (TP 4 on nodes of 2): exit 3
+    naming the measured points as what binds, not memory, with the measure command."""
+    spec, _ = _files(tmp_path, ALL)
+    times = {i: (1e-3, 2e-3, 1e-4) for i in range(4)}
+    odd = tmp_path / "odd.json"
+    write_profile(
+        LayerProfile(
+            model="custom", device="CPU-A", precision="fp32", seq_len=32, times={3: {4: times}}
+        ),
+        odd,
+    )
+    result = runner.invoke(app, ["plan", str(spec), "--profile", str(odd), "--measured-points"])
+    assert result.exit_code == 3
+    assert (
+        "measured points is binding: no plan at the points the profiles timed (CPU-A TP 4 at"
+        " microbatch 3)" in result.stderr
+    )
+    assert f"To fix: measure them: hetc profile measure {spec} --device CPU-A -o {odd}" in (
+        result.stderr
+    )

@@ -102,8 +102,8 @@ def plan_coverage(spec: Spec, profiles: Sequence[LayerProfile], plan: Plan) -> l
                 found[device, "activation memory", MEASURE].append(
                     "the profile has no memory section"
                 )
-            elif profile.activation_bytes(mbs, tp, 0) is None and not profile.ran_out_of_memory(
-                mbs, tp
+            elif not profile.ran_out_of_memory(mbs, tp) and any(
+                profile.activation_bytes(mbs, tp, i) is None for i in profile.layer_indices()
             ):
                 found[device, "activation memory", MEASURE].append(point)
         if checkpointing:

@@ -262,7 +262,11 @@ def planned_or_diagnosed(
             err=True,
         )
         return 3
-    diagnosis = diagnose(spec, **options)
+    diagnosis = None
+    if restrict:
+        diagnosis = _measured_points_binding(spec, profiles, approximations, spec_file)
+    if diagnosis is None:
+        diagnosis = diagnose(spec, **options)
     if as_json:
         echo(
             json.dumps(
@@ -277,13 +281,32 @@ def planned_or_diagnosed(
         )
     else:
         echo(_diagnosis_text(diagnosis), err=True)
-    if restrict:
-        echo(
-            "hetc: only the points the profiles timed were searched; measuring more may find"
-            f" a plan: {'; '.join(fix_lines(_unprofiled(spec), spec_file, profiles))}",
-            err=True,
-        )
     return 3
+
+
+def _measured_points_binding(
+    spec: Spec,
+    profiles: Sequence[LayerProfile],
+    approximations: frozenset[str] | None,
+    spec_file: str,
+) -> Diagnosis | None:
+    """Why a search kept to measured points found nothing, when the points are the reason:
+    the same search over every point finds a plan. None when it does not (then the spec's own
+    diagnosis applies)."""
+    if not plan_spec(spec, profiles=profiles, approximations=approximations).proposals:
+        return None
+    timed = "; ".join(
+        f"{p.device} TP {tp} at microbatch {','.join(str(m) for m, t in p.points() if t == tp)}"
+        for p in profiles
+        for tp in sorted({t for _, t in p.points()})
+    )
+    return Diagnosis(
+        binding="measured points",
+        message=f"no plan at the points the profiles timed ({timed}); there are plans at"
+        " points they did not time",
+        change="measure them: " + "; ".join(fix_lines(_unprofiled(spec), spec_file, profiles)),
+        plan=None,
+    )
 
 
 def run_plan_command(
