@@ -257,3 +257,31 @@ def test_no_plan_at_the_measured_points_says_so_and_what_to_measure(tmp_path: Pa
     assert f"To fix: measure them: hetc profile measure {spec} --device CPU-A -o {odd}" in (
         result.stderr
     )
+
+
+def test_simulate_reports_a_point_measured_out_of_memory_as_not_fitting(tmp_path: Path) -> None:
+    """A plan at microbatch 4 where the profile found microbatch 4 out of memory: every rank
+    at that point is reported as not fitting, naming the profile, and it is no formula."""
+    spec, profile = _files(tmp_path, {1: (1, 2), 2: (1, 2)})
+    plan = _plan_at(tmp_path, spec, profile, 4)
+    oom = replace(read_profile(profile), out_of_memory={4: frozenset({1, 2})})
+    write_profile(oom, profile)
+    result = runner.invoke(
+        app, ["simulate", str(spec), "--plan", str(plan), "--profile", str(profile), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert not document["fits"]
+    for rank in document["ranks"]:
+        assert rank["problem"].endswith(
+            f"ran out of memory at microbatch 4, TP {_rank_tp(document, rank)} when profiled"
+            f" ({profile})"
+        )
+    assert not [f for f in document["formula_fallbacks"] if f["term"] == "layer times"]
+
+
+def _rank_tp(document: dict[str, object], rank: dict[str, object]) -> int:
+    """The TP degree of a rank's replica, from the ranks sharing its stage and replica."""
+    ranks = document["ranks"]
+    assert isinstance(ranks, list)
+    return sum(1 for r in ranks if (r["stage"], r["replica"]) == (rank["stage"], rank["replica"]))
