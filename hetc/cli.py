@@ -56,6 +56,22 @@ ProfileFiles = Annotated[
         "--profile", help="A measured profile to use besides the spec's `profiles:` (repeatable)."
     ),
 ]
+StrictFlag = Annotated[
+    bool,
+    typer.Option(
+        "--strict-profiles",
+        help="Refuse a prediction resting on a formula where a profile could measure it"
+        " (plan and compile search only measured points).",
+    ),
+]
+MeasuredPointsFlag = Annotated[
+    bool,
+    typer.Option(
+        "--measured-points",
+        help="Search only the (device, microbatch, TP) points the profiles timed; other"
+        " terms may still rest on formulas.",
+    ),
+]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -166,50 +182,21 @@ def simulate(
     plan: Annotated[Path, typer.Option("--plan", help="A plan.json to evaluate.")],
     as_json: JsonFlag = False,
     profile: ProfileFiles = None,
+    strict_profiles: StrictFlag = False,
 ) -> None:
     """Predict a plan's iteration time, throughput, memory per rank and cost."""
-    from hetc.costmodel.profile import ProfileError
-    from hetc.costmodel.simulate import plan_spec_problems, read_spec_profiles
-    from hetc.costmodel.simulate import simulate as run_simulation
-    from hetc.costmodel.summary import simulation_json, simulation_text
-    from hetc.plan import PlanFormatError, plan_from_json
-    from hetc.schema import EnvironmentProblem, check_file, spec_hash
-    from hetc.schema.source import read_plain_text
+    from hetc.costmodel.command import run_simulate_command
 
-    checked = check_file(str(spec))
-    if checked.spec is None:
-        for diagnostic in checked.diagnostics:
-            typer.echo(diagnostic.format())
-        raise typer.Exit(EXIT_INVALID)
-    try:
-        layout = plan_from_json(read_plain_text(str(plan)))
-    except PlanFormatError as exc:
-        for problem in exc.problems:
-            typer.echo(f"{plan}: {problem}")
-        raise typer.Exit(EXIT_INVALID) from None
-    except UnicodeDecodeError:
-        raise EnvironmentProblem(f"{plan} is not UTF-8 text", "pass a plan.json") from None
-    mismatched = plan_spec_problems(layout, checked.spec)
-    if mismatched:
-        for problem in mismatched:
-            typer.echo(f"{plan}: {problem}")
-        raise typer.Exit(EXIT_INVALID)
-    if layout.spec_hash != spec_hash(checked.spec):
-        typer.echo(f"hetc: warning: {plan} was made for another version of {spec}", err=True)
-    try:
-        profiles = read_spec_profiles(
-            checked.spec,
-            str(spec.parent),
-            extra=[str(p) for p in profile or ()],
-            warn=lambda message: typer.echo(f"hetc: warning: {message}", err=True),
-        )
-    except ProfileError as exc:
-        typer.echo(str(exc))
-        raise typer.Exit(EXIT_INVALID) from None
-    result = run_simulation(layout, checked.spec, profiles=profiles)
-    typer.echo(
-        json.dumps(simulation_json(result), indent=2) if as_json else simulation_text(result)
+    code = run_simulate_command(
+        spec,
+        plan,
+        as_json=as_json,
+        echo=typer.echo,
+        profile_files=[str(p) for p in profile or ()],
+        strict_profiles=strict_profiles,
     )
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("plan")
@@ -229,6 +216,8 @@ def plan_command(
         str, typer.Option("--solver", help="`search` (default) or `cp-sat` (cross-check).")
     ] = "search",
     profile: ProfileFiles = None,
+    strict_profiles: StrictFlag = False,
+    measured_points: MeasuredPointsFlag = False,
 ) -> None:
     """Choose the devices to rent and how to parallelise over them; print the best plans."""
     from hetc.solver.report import run_plan_command
@@ -249,6 +238,9 @@ def plan_command(
         solver=solver,
         echo=typer.echo,
         profile_files=[str(p) for p in profile or ()],
+        strict_profiles=strict_profiles,
+        measured_points=measured_points,
+        spec_file=str(spec),
     )
     if code:
         raise typer.Exit(code)
@@ -276,6 +268,8 @@ def compile_command(
         bool, typer.Option("--cross-check", help="Also solve the chosen shape with CP-SAT.")
     ] = False,
     profile: ProfileFiles = None,
+    strict_profiles: StrictFlag = False,
+    measured_points: MeasuredPointsFlag = False,
 ) -> None:
     """Plan the spec and write plan, topology, DeepSpeed configs, launch scripts and report."""
     from hetc.emit.command import run_compile_command
@@ -293,6 +287,8 @@ def compile_command(
         check_with_cp_sat=cross_check,
         echo=typer.echo,
         profile_files=[str(p) for p in profile or ()],
+        strict_profiles=strict_profiles,
+        measured_points=measured_points,
     )
     if code:
         raise typer.Exit(code)
@@ -357,13 +353,19 @@ def profile_measure(
     device: Annotated[str, typer.Option("--device", help="The spec's device this machine has.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The profile file to write.")],
     microbatch: Annotated[
-        str, typer.Option("--microbatch", help="Microbatch sizes to time, comma-separated.")
-    ] = "1,2",
+        str | None,
+        typer.Option(
+            "--microbatch",
+            help="Microbatch sizes to time, comma-separated (default: every size the planner"
+            " considers).",
+        ),
+    ] = None,
     tp: Annotated[
         str | None,
         typer.Option(
             "--tp",
-            help="TP degrees, comma-separated (default: the powers of two dividing the node).",
+            help="TP degrees, comma-separated (default: every degree the planner gives the"
+            " device's pools).",
         ),
     ] = None,
     warmup: Annotated[
@@ -395,9 +397,24 @@ def profile_measure(
             "--sizes", help="Message sizes, e.g. 4KiB,1MiB,64MiB (default 4 KiB..64 MiB)."
         ),
     ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(
+            "--budget",
+            min=0.0,
+            help="Seconds; then stop after the point in progress and write what was measured.",
+        ),
+    ] = None,
+    remeasure: Annotated[
+        bool,
+        typer.Option("--remeasure", help="Measure every point again, not only what -o lacks."),
+    ] = False,
 ) -> None:
-    """Time and size one layer of the spec's model on this machine's device; measure its
-    collectives; write a profile that specs list under `profiles:`."""
+    """Time and size each layer kind of the spec's model on this machine's device at every
+    point the planner may choose; measure its collectives; write a profile that specs list
+    under `profiles:` (points the output file holds already are kept)."""
+    import sys
+
     from hetc.profiler.command import run_measure_command
 
     code = run_measure_command(
@@ -414,6 +431,9 @@ def profile_measure(
         network=not no_network,
         network_devices=network_devices,
         sizes=sizes,
+        budget=budget,
+        remeasure=remeasure,
+        terminal=sys.stderr.isatty(),
     )
     if code:
         raise typer.Exit(code)

@@ -179,16 +179,21 @@ def test_spec_profile_times_are_used_exactly(tmp_path: Path) -> None:
     assert json.loads(without.stdout)["iteration_time"] != pytest.approx(8.437, rel=1e-3)
 
 
-def test_profile_for_another_setting_is_refused_or_warned(tmp_path: Path) -> None:
-    """Another sequence length cannot stand in: exit 1 with the reason. Another precision
-    is used as it is, with a warning naming both."""
+def test_profile_for_another_setting_is_refused(tmp_path: Path) -> None:
+    """Another sequence length or precision cannot stand in: exit 1 with the reason and a
+    `To fix:` line naming the command that measures the spec's training."""
     spec, plan = _files(tmp_path)
-    _profile(tmp_path, seq_len=1024)
     spec.write_text(SPEC + "profiles: [a100.profile.json]\n")
-    result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
-    assert result.exit_code == 1
-    assert "measured at seq_len 1024; the spec trains seq_len 2048" in result.stdout
-    _profile(tmp_path, precision="bf16")
-    warned = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
-    assert warned.exit_code == 0
-    assert "measured at bf16; the spec trains fp16" in warned.stderr
+    for change, reason in (
+        ({"seq_len": 1024}, "measured at seq_len 1024; the spec trains seq_len 2048"),
+        ({"precision": "bf16"}, "measured at bf16; the spec trains fp16"),
+    ):
+        _profile(tmp_path, **change)
+        result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
+        assert result.exit_code == 1
+        assert reason in result.stdout
+        assert (
+            f"To fix: list a profile of the spec's training, measured with: hetc profile measure"
+            f" {spec} --device A100-40GB -o NEW_PROFILE.json" in result.stdout
+        )
+        assert "iteration time" not in result.stdout

@@ -160,6 +160,7 @@ def test_a_recorded_architecture_decides_which_specs_a_profile_serves(tmp_path: 
         ({"architecture": {**ARCH, "hidden": 128}}, "hidden: 128 vs 64"),
         ({"seq_len": 64}, "measured at seq_len 64"),
         ({"model": "other", "architecture": None}, "profiles model 'other'"),
+        ({"precision": "bf16"}, "measured at bf16; the spec trains fp32"),
         ({"times": {1: {1: {i: (1.0, 1.0, 1.0) for i in range(3)}}}}, "the spec's model has 4"),
     ],
 )
@@ -174,20 +175,20 @@ def test_a_mismatched_profile_is_refused(
         read_spec_profiles(spec, str(tmp_path), extra=[str(path)])  # type: ignore[arg-type]
 
 
-def test_other_precision_warns_and_other_device_is_ignored(tmp_path: Path) -> None:
+def test_a_device_no_pool_rents_is_warned_about_and_ignored(tmp_path: Path) -> None:
+    """A profile of a device the spec does not rent is skipped with a warning, not refused."""
     spec = _spec(tmp_path)
     warnings: list[str] = []
-    bf16 = _write(tmp_path, _profile(precision="bf16"), "bf16.json")
+    mine = _write(tmp_path, _profile(), "cpu.json")
     other = _write(tmp_path, _profile(device="H100"), "h100.json")
     found = read_spec_profiles(
         spec,  # type: ignore[arg-type]
         str(tmp_path),
-        extra=[str(bf16), str(other)],
+        extra=[str(mine), str(other)],
         warn=warnings.append,
     )
     assert [p.device for p in found] == ["CPU-A"] and found[0].precision == "fp32"
-    assert any("measured at bf16" in w for w in warnings)
-    assert any("'H100', which no pool of the spec rents: ignored" in w for w in warnings)
+    assert warnings == [f"{other}: profiles 'H100', which no pool of the spec rents: ignored"]
 
 
 def _two_stage_plan() -> Plan:
@@ -339,7 +340,10 @@ def test_compile_with_a_profile_names_it_in_the_report(tmp_path: Path) -> None:
     assert "measured profiles: CPU-A from p.json (measured by a test)" in report
     assert "CPU-A: measured profile" in result.stderr
     plain = runner.invoke(app, ["compile", str(tmp_path / "spec.yaml"), "-o", str(tmp_path / "o2")])
-    assert "analytical (no measured profile)" in (tmp_path / "o2" / "report.md").read_text()
+    assert (
+        "no measured profile; formulas where nothing was measured, listed below"
+        in (tmp_path / "o2" / "report.md").read_text()
+    )
     bad = _write(tmp_path, _profile(seq_len=64), "bad.json")
     refused = runner.invoke(
         app, ["compile", str(tmp_path / "spec.yaml"), "-o", str(out), "--profile", str(bad)]

@@ -22,7 +22,7 @@ from hetc.cli import app
 from hetc.costmodel.profile import read_profile
 from hetc.profiler import collectives
 from hetc.profiler.command import ATTENTION, layer_task
-from hetc.profiler.layers import BLOCK, RankMeasurement, measure
+from hetc.profiler.layers import BLOCK, RankMeasurement, measure_points
 from hetc.profiler.worker import GroupFailed, run_group
 from hetc.runtime import model
 from hetc.schema import check_file
@@ -163,7 +163,9 @@ def _measure_in_process(spec: Path, micro: int = 1) -> RankMeasurement:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return measure(task, None, 1, 0, torch.device("cpu"))
+        ((measured_micro, result),) = list(measure_points(task, None, 1, 0, torch.device("cpu")))
+        assert measured_micro == micro and result is not None
+        return result
     finally:
         torch.set_num_threads(threads)
 
@@ -189,14 +191,16 @@ def test_checkpointing_keeps_only_the_block_output(tmp_path: Path) -> None:
     assert all(t > 0 for t in checkpointed.times[2][BLOCK])
 
 
-@pytest.mark.slow  # four processes start torch: ~20 s on 2 cores
+@pytest.mark.slow  # eight processes start torch: ~30 s on 2 cores
 def test_tp2_ranks_hold_half_the_split_weights_and_the_network_is_fitted(tmp_path: Path) -> None:
+    """TP 2 ranks hold half the split weights; the node's collectives and, for a CPU device,
+    the link between two nodes over loopback (one and two flows) are fitted."""
     spec = write_spec(tmp_path)
     output = tmp_path / "tp.json"
     sizes = "4KiB,16KiB,64KiB"
     code, stderr = run_measure(spec, output, "--microbatch", "1", "--tp", "1,2", "--sizes", sizes)
     assert code == 0, stderr
-    assert "TP 2 (2 processes)" in stderr and "fit residual" in stderr
+    assert "starting 2 processes for TP 2" in stderr and "fit residual" in stderr
     profile = read_profile(output)
     assert profile.points() == [(1, 1), (1, 2)]
     assert all(t > 0 for row in profile.times[1][2].values() for t in row)
@@ -212,6 +216,28 @@ def test_tp2_ranks_hold_half_the_split_weights_and_the_network_is_fitted(tmp_pat
         assert fit is not None and fit.residual is not None and math.isfinite(fit.residual)
         assert [b for b, _ in fit.points] == [4096.0, 16384.0, 65536.0]
         assert all(rate > 0 for _, rate in fit.points)
+    between = profile.network["inter_node"]["p2p"]
+    assert sorted(between) == [1, 2]  # each TP degree's flows; the node's two devices
+    for fit in between.values():
+        assert [b for b, _ in fit.points] == [4096.0, 16384.0, 65536.0]
+        assert fit.peak == max(rate for _, rate in fit.points) > 0
+
+
+@pytest.mark.slow  # two TP-2 groups start torch: ~15 s on 2 cores
+def test_a_budget_stops_a_tp_group_between_points_and_the_rerun_finishes(tmp_path: Path) -> None:
+    """Real ranks: with the budget spent, a TP 2 group stops after the point in progress and
+    the file holds it; the same command without a budget measures only the other point."""
+    spec = write_spec(tmp_path)
+    output = tmp_path / "p.json"
+    options = ("--tp", "2", "--microbatch", "1,2", "--no-network")
+    code, stderr = run_measure(spec, output, *options, "--budget", "0")
+    assert code == 0, stderr
+    assert read_profile(output).points() == [(1, 2)]
+    assert "not measured: TP 2 at microbatch 2" in stderr
+    code, stderr = run_measure(spec, output, *options)
+    assert code == 0, stderr
+    assert "1 point(s) measured, 1 kept" in stderr
+    assert read_profile(output).points() == [(1, 2), (2, 2)]
 
 
 def test_bandwidth_is_what_the_ring_formulas_divide_by() -> None:

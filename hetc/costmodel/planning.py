@@ -44,7 +44,12 @@ spans Z_i >= 2 zones, each crossing carrying 2 (D - 1) / D of the gradient bytes
 times the TP degree; the tied embedding's gradient between first and last stage per pipeline.
 
 Memory is checked per kind (`tables.peak_memory`: ZeRO shards over D, stage i holds
-min(P - i, m) microbatches in flight), so a kind that does not fit a stage is never used.
+min(P - i, m) microbatches in flight), so a kind that does not fit a stage is never used; a
+(microbatch, TP) point its device's profile measured to run out of memory never fits.
+With `measured_points` the model offers only what profiles measured: a device at a TP degree
+its profile timed at some microbatch size, a microbatch size some such kind was timed at, and
+a kind at a microbatch size only where that point was timed (`point_allowed`); a device
+without a profile offers nothing.
 """
 
 from __future__ import annotations
@@ -192,8 +197,10 @@ class PlanningModel:
         *,
         profiles: Sequence[LayerProfile] = (),
         overhead: FrameworkOverhead | Mapping[str, FrameworkOverhead] | None = None,
+        measured_points: bool = False,
     ) -> None:
         self.spec = spec
+        self.measured_points = measured_points
         self.arch = spec.model
         training = spec.training
         self.batch = training.global_batch_size
@@ -210,7 +217,8 @@ class PlanningModel:
         kinds: list[ReplicaKind] = []
         for slot in self.pools:
             for tp in valid_tp_degrees(self.arch, slot.pool.gpus_per_node):
-                kinds.append(ReplicaKind(len(kinds), slot.index, slot.pool.device, tp))
+                if self.point_allowed(slot.pool.device, tp):
+                    kinds.append(ReplicaKind(len(kinds), slot.index, slot.pool.device, tp))
         self.kinds = tuple(kinds)
         self._models: dict[str, ComputeModel] = {}
         self._tables: dict[tuple[str, int, int], StageTables] = {}
@@ -230,8 +238,34 @@ class PlanningModel:
 
     def microbatch_sizes(self) -> tuple[int, ...]:
         """Divisors of the global batch up to 16 (the range profiles measure), so the
-        pipelines' shares always add up to the batch exactly."""
-        return tuple(m for m in range(1, min(16, self.batch) + 1) if self.batch % m == 0)
+        pipelines' shares always add up to the batch exactly; with `measured_points`, those
+        some kind was timed at."""
+        sizes = tuple(m for m in range(1, min(16, self.batch) + 1) if self.batch % m == 0)
+        if not self.measured_points:
+            return sizes
+        return tuple(
+            m for m in sizes if any(self.point_allowed(k.device, k.tp, m) for k in self.kinds)
+        )
+
+    def point_allowed(self, device: str, tp: int, microbatch: int | None = None) -> bool:
+        """Whether a replica of `device` at `tp` (at `microbatch`, when given) may be used:
+        never at a point its profile measured to run out of memory, and with
+        `measured_points` only at a point its profile timed (at some microbatch size when
+        none is given)."""
+        profile = self._profiles.get(device)
+        if (
+            microbatch is not None
+            and profile is not None
+            and profile.ran_out_of_memory(microbatch, tp)
+        ):
+            return False
+        if not self.measured_points:
+            return True
+        if profile is None:
+            return False
+        if microbatch is None:
+            return any(tp in by_tp for by_tp in profile.times.values())
+        return tp in profile.times.get(microbatch, {})
 
     def microbatches(self, shape: Shape) -> int:
         """m: microbatches the busiest pipeline processes with the batch spread evenly."""
@@ -320,6 +354,8 @@ class PlanningModel:
 
     def _fits(self, kind: int, microbatch: int, first: int, end: int, dp: int, flight: int) -> bool:
         k = self.kinds[kind]
+        if not self.point_allowed(k.device, k.tp, microbatch):
+            return False
         t = self.tables(k.device, k.tp, microbatch)
         return peak_memory(t, first, end, dp, flight) <= t.capacity
 

@@ -4,8 +4,9 @@ simulator ask, so that both price every hop of a plan alike.
 A hop is priced by the most specific fact there is, measured before specified:
 
 1. Inside one node: the device profile's `intra_node` fit (point to point for a send, the
-   all-reduce fit of that group size for a ring that never leaves the node), else the
-   catalog's intra-node link (`network.intra_node_link`).
+   all-reduce fit of that group size for a ring that never leaves the node, or hop by hop
+   over the point-to-point fit where no all-reduce was measured), else the catalog's
+   intra-node link (`network.intra_node_link`).
 2. Between two nodes, measured:
    a. a link measured between the two named zones (`network.links` of either end's profile:
       from a node of this device in zone A to a node of the peer device in zone B, or the
@@ -107,6 +108,9 @@ class LinkPricer:
     def _inside_node(self, device: str, collective: str, devices: int) -> Hop:
         profile = self.profiles.get(device)
         found = None if profile is None else profile.fit_for("intra_node", collective, devices)
+        if profile is not None and found is None and collective == "all_reduce":
+            # no all-reduce measured: the ring goes hop by hop over the measured send
+            found, collective = profile.fit_for("intra_node", "p2p", 2), "p2p"
         if profile is not None and found is not None:
             size, fit = found
             scale = float(devices) if collective == "all_reduce" else 1.0

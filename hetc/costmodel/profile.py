@@ -18,7 +18,7 @@ Two spellings are read:
 
 - **hetc** -- the same nested table under `times`, with the facts Sailor leaves implicit::
 
-      {"format": "hetc-layer-profile", "version": 2,
+      {"format": "hetc-layer-profile", "version": 3,
        "model": "OPT-350M", "device": "A100-40GB", "precision": "fp16",
        "seq_len": 2048, "units": "s",
        "times": {"1": {"2": {"0": [fwd_s, bwd_s, update_s], ...}}},
@@ -29,12 +29,16 @@ Two spellings are read:
        "network": {"intra_node": {"all_reduce": {"2": {"coefficients": [a, b, c],
                                                       "peak": 2.4e11, "residual": 0.03,
                                                       "points": [[bytes, bytes_per_s], ...]}}}},
+       "out_of_memory": {"8": [1]},
+       "environment": {"torch": "2.13.0", "cuda": "12.8", "driver": "570.86.15",
+                       "device_name": "NVIDIA A100-SXM4-40GB", "host": "node7", "threads": 8},
        "meta": {"origin": "...", "date": "2026-11-26", "attention": "sdpa",
                 "threads": 1, "software": {"torch": "2.13.0"}}}
 
   `units` must be `"s"` (seconds per microbatch, per device). Keys are decimal strings
   because JSON keys are strings; values are non-negative finite numbers. Version 1 files
-  (`times` only) are still read. Optional sections:
+  (`times` only) and version 2 files (no `out_of_memory`, no `environment`) are still read.
+  Optional sections:
 
   - `architecture`: the shape that was profiled (the catalog's field names); a spec whose
     model differs is refused, since its layers are not the ones timed.
@@ -60,6 +64,14 @@ Two spellings are read:
     "collective": "p2p", "devices": n, "fit": {...}}`, a transfer from a node of this device
     in `from` to a node of `peer` in `to` (`hetc.costmodel.pricing` says which fact prices
     which hop).
+  - `out_of_memory`: microbatch size -> the TP degrees at which one layer of each kind ran
+    out of the device's memory when measured (a point is either here or in `times`, never
+    both). The planner treats such a point as not fitting the device, rather than
+    estimating it by formula.
+  - `environment`: what the measurement ran on (`hetc.plan.environment.ENVIRONMENT_FIELDS`):
+    `torch` and `cuda` versions, the GPU `driver`, the `device_name` (torch's CUDA device
+    name, or the CPU model), the `host` and the `threads` per rank; null where there is none
+    (no CUDA on a CPU). hetc warns when a profile is used in another environment.
   - `meta`: where it came from (`origin`), `date`, `attention` implementation, `threads`
     per rank, `software` versions; informational.
 
@@ -95,7 +107,12 @@ Times = tuple[float, float, float]
 
 
 class ProfileError(ValueError):
-    """A profile file is malformed; the message names the file, the key path and the fix."""
+    """A profile file is malformed, or does not serve the spec: the message names the file,
+    the key path or field and what was expected; `to_fix`, when given, what to do about it."""
+
+    def __init__(self, message: str, to_fix: str = "") -> None:
+        super().__init__(message)
+        self.to_fix = to_fix
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -224,6 +241,10 @@ class LayerProfile:
     network: Network = field(default_factory=dict)
     links: tuple[MeasuredLink, ...] = ()
     """Links measured between named zones (`network.links`)."""
+    out_of_memory: dict[int, frozenset[int]] = field(default_factory=dict)
+    """microbatch size -> TP degrees measured to run out of memory (see the module docstring)."""
+    environment: dict[str, object] = field(default_factory=dict)
+    """torch, cuda, driver, device_name, host, threads (empty: not recorded, versions 1-2)."""
     meta: dict[str, object] = field(default_factory=dict)
     """origin, date, attention, threads, software: informational."""
 
@@ -234,6 +255,10 @@ class LayerProfile:
     def points(self) -> list[tuple[int, int]]:
         """Every measured (microbatch, tp) pair, sorted."""
         return sorted((m, t) for m, by_tp in self.times.items() for t in by_tp)
+
+    def ran_out_of_memory(self, microbatch: int, tp: int) -> bool:
+        """Whether (microbatch, tp) was measured to run out of the device's memory."""
+        return tp in self.out_of_memory.get(microbatch, frozenset())
 
     def layer_indices(self) -> list[int]:
         """The layer indices every (microbatch, TP) entry lists."""
@@ -338,6 +363,12 @@ class LayerProfile:
                 }
                 for link in self.links
             ]
+        if self.out_of_memory:
+            out["out_of_memory"] = {
+                str(m): sorted(tps) for m, tps in sorted(self.out_of_memory.items()) if tps
+            }
+        if self.environment:
+            out["environment"] = dict(self.environment)
         if self.meta:
             out["meta"] = dict(self.meta)
         return out
@@ -586,6 +617,34 @@ def _links(raw: object, device: str, where: str) -> tuple[MeasuredLink, ...]:
     return tuple(links)
 
 
+def _out_of_memory_table(
+    raw: object, times: dict[int, dict[int, dict[int, Times]]], where: str
+) -> dict[int, frozenset[int]]:
+    table: dict[int, frozenset[int]] = {}
+    for mkey, tps in _object(raw, where, "microbatch -> [tp, ...]").items():
+        mbs = _positive_int(mkey, where)
+        if not isinstance(tps, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in tps
+        ):
+            raise ProfileError(f"{where}[{mkey}]: expected a list of TP degrees, got {tps!r}")
+        timed = sorted(set(tps) & set(times.get(mbs, {})))
+        if timed:
+            raise ProfileError(
+                f"{where}[{mkey}]: TP {timed[0]} is also in `times`: a point either ran out of"
+                " memory or was timed"
+            )
+        table[mbs] = frozenset(tps)
+    return table
+
+
+def _environment(raw: object, where: str) -> dict[str, object]:
+    fields = _object(raw, where, "name -> version or value")
+    for key, value in fields.items():
+        if not (value is None or isinstance(value, str) or type(value) is int):
+            raise ProfileError(f"{where}.{key}: expected a string, an integer or null")
+    return dict(fields)
+
+
 def parse_profile(
     data: object,
     *,
@@ -640,6 +699,10 @@ def parse_profile(
                 data["device"],
                 f"{source}: network.links",
             ),
+            out_of_memory=_out_of_memory_table(
+                data.get("out_of_memory", {}), times, f"{source}: out_of_memory"
+            ),
+            environment=_environment(data.get("environment", {}), f"{source}: environment"),
             meta=meta,
         )
     if model is None or device is None:

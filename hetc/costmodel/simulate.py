@@ -404,6 +404,9 @@ class _Context:
                 )
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
                 capacity = self.device(replica).memory
+                profile = self.profiles.get(replica.device)
+                mbs = self.plan.microbatch_size
+                oom = profile is not None and profile.ran_out_of_memory(mbs, replica.tp)
                 for tp_rank, local in enumerate(replica.local_ranks):
                     key = f"{replica.node}#{local}"
                     reports.append(
@@ -417,7 +420,12 @@ class _Context:
                             memory=memory,
                             capacity=capacity,
                             busy_fraction=busy,
-                            problem=check_fits(memory, capacity, key),
+                            problem=(
+                                f"{key}: {replica.device} ran out of memory at microbatch"
+                                f" {mbs}, TP {replica.tp} when profiled ({profile.source})"
+                                if oom and profile is not None
+                                else check_fits(memory, capacity, key)
+                            ),
                         )
                     )
         return tuple(reports)
@@ -458,15 +466,15 @@ def read_spec_profiles(
     *,
     extra: Sequence[str] = (),
     warn: Callable[[str], None] = lambda _message: None,
+    spec_file: str = "SPEC",
 ) -> list[LayerProfile]:
     """The spec's `profiles:` files (paths relative to the spec) and `extra` ones (paths as
     given, e.g. `hetc compile --profile`), each checked against what the spec trains.
 
-    Refused with a `ProfileError` naming the file and the mismatch: another model (name, the
-    recorded architecture, or the number of layers), another sequence length, two profiles
-    for one device. Warned about and still used: another precision (the times are then an
-    approximation, so the user should know). Warned about and skipped: a device no pool of
-    the spec rents.
+    Refused with a `ProfileError` naming the file and the mismatch, and what to do: another
+    model (name, the recorded architecture, or the number of layers), another sequence length
+    or precision (its times are another computation's), two profiles for one device. Warned
+    about and skipped: a device no pool of the spec rents.
     """
     found: dict[str, LayerProfile] = {}
     names = [os.path.join(spec_dir, name) for name in spec.profiles] + list(extra)
@@ -477,26 +485,37 @@ def read_spec_profiles(
         if device is None:
             warn(f"{where}: profiles {profile.device!r}, which no pool of the spec rents: ignored")
             continue
-        check_profile_model(profile, spec)
+        remeasure = (
+            f"list a profile of the spec's training, measured with: hetc profile measure"
+            f" {spec_file} --device {device} -o NEW_PROFILE.json"
+        )
+        check_profile_model(profile, spec, remeasure)
         if profile.seq_len != spec.training.seq_len:
             raise ProfileError(
                 f"{where}: measured at seq_len {profile.seq_len}; the spec trains seq_len"
-                f" {spec.training.seq_len} (profile that length)"
+                f" {spec.training.seq_len}",
+                remeasure,
             )
         if profile.precision != spec.training.precision:
-            warn(
+            raise ProfileError(
                 f"{where}: measured at {profile.precision}; the spec trains"
-                f" {spec.training.precision}: its times are used for {device} as they are"
+                f" {spec.training.precision}, whose layers run other kernels at another speed",
+                remeasure,
             )
         if device in found:
             raise ProfileError(
-                f"{where}: a second profile for {device} (first: {found[device].source})"
+                f"{where}: a second profile for {device} (first: {found[device].source})",
+                "list one profile per device",
             )
-        found[device] = replace(profile, device=device, precision=spec.training.precision)
+        found[device] = replace(profile, device=device)
     return list(found.values())
 
 
-def check_profile_model(profile: LayerProfile, spec: Spec) -> None:
+def check_profile_model(
+    profile: LayerProfile,
+    spec: Spec,
+    to_fix: str = "profile the spec's model (hetc profile measure)",
+) -> None:
     """Refuse a profile of another model: its layers are not the ones the spec trains.
 
     A profile that records the architecture it timed serves exactly the specs that train that
@@ -508,22 +527,26 @@ def check_profile_model(profile: LayerProfile, spec: Spec) -> None:
         try:
             timed = architecture_from_mapping(dict(profile.architecture))
         except (TypeError, ValueError, KeyError) as exc:
-            raise ProfileError(f"{where}: `architecture` is not a model's shape ({exc})") from None
+            raise ProfileError(
+                f"{where}: `architecture` is not a model's shape ({exc})", to_fix
+            ) from None
         differ = architecture_differences(timed, spec.model)
         if differ:
             raise ProfileError(
                 f"{where}: profiled {profile.model}, another model than the spec's"
-                f" {spec.model_name} ({'; '.join(differ[:3])}, profile's vs spec's)"
-                " (profile the spec's model)"
+                f" {spec.model_name} ({'; '.join(differ[:3])}, profile's vs spec's)",
+                to_fix,
             )
     elif profile.model.casefold() != spec.model_name.casefold():
         raise ProfileError(
-            f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}"
+            f"{where}: profiles model {profile.model!r}; the spec trains {spec.model_name!r}",
+            to_fix,
         )
     layers = profile.layer_indices()
     wanted = list(range(spec.model.layers + 2))
     if layers != wanted:
         raise ProfileError(
             f"{where}: times layers {layers[0]}..{layers[-1]} ({len(layers)}); the spec's model"
-            f" has {len(wanted)} (embedding, {spec.model.layers} blocks, output end)"
+            f" has {len(wanted)} (embedding, {spec.model.layers} blocks, output end)",
+            to_fix,
         )

@@ -24,9 +24,12 @@ def run_compile_command(
     check_with_cp_sat: bool,
     echo: Echo,
     profile_files: Sequence[str] = (),
+    strict_profiles: bool = False,
+    measured_points: bool = False,
 ) -> int:
-    """Plan, compile and write; returns the exit code (0 compiled, 1 bad input, 2 bad option,
-    3 infeasible). An unwritable or foreign output raises EnvironmentProblem (exit 4)."""
+    """Plan, compile and write; returns the exit code (0 compiled, 1 bad input or a strict
+    refusal, 2 bad option, 3 infeasible). An unwritable or foreign output raises
+    EnvironmentProblem (exit 4)."""
     planned = planned_or_diagnosed(
         spec,
         str(spec_path.parent),
@@ -37,6 +40,9 @@ def run_compile_command(
         eval_limit=eval_limit,
         echo=echo,
         profile_files=profile_files,
+        strict_profiles=strict_profiles,
+        measured_points=measured_points,
+        spec_file=str(spec_path),
     )
     if isinstance(planned, int):
         return planned

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from hetc.costmodel.profile import LayerProfile
 from hetc.emit.deepspeed import ConfigKey, config_problems, deepspeed_config
 from hetc.emit.launch import launch_files
 from hetc.emit.output import manifest_json
@@ -49,11 +52,16 @@ def canonical_json(value: Any) -> bytes:
     return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def training_record(spec: Spec, *, spec_dir: str | None = None) -> dict[str, Any]:
+def training_record(
+    spec: Spec, *, spec_dir: str | None = None, profiles: Sequence[LayerProfile] = ()
+) -> dict[str, Any]:
     """`training.json`: what the runtime needs from the spec besides the plan (it never reads
     the spec: the runtime imports `hetc.plan` alone). `data.path` is as the spec wrote it;
     `data.resolved` is that path made absolute from the spec's directory (`spec_dir`), which the
-    runtime reads unless HETC_DATA_DIR says where the data lives on the training machines."""
+    runtime reads unless HETC_DATA_DIR says where the data lives on the training machines.
+    `profiles` lists the measured profiles the plan's predictions used, by device, with the
+    environment each was measured in, which every rank compares with its own at start-up
+    (`hetc.runtime.environment`)."""
     training = spec.training
     data = None
     if spec.data is not None:
@@ -77,6 +85,10 @@ def training_record(spec: Spec, *, spec_dir: str | None = None) -> dict[str, Any
         "lr_schedule": asdict(training.lr_schedule),
         "data": data,
         "run": asdict(spec.run),
+        "profiles": [
+            {"device": p.device, "file": Path(p.source).name, "environment": p.environment}
+            for p in sorted(profiles, key=lambda p: p.device)
+        ],
     }
 
 
@@ -125,7 +137,9 @@ def compile_output(
     topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
     files: dict[str, bytes] = {
         "plan.json": plan_to_json(plan).encode(),
-        "training.json": canonical_json(training_record(spec, spec_dir=spec_dir)),
+        "training.json": canonical_json(
+            training_record(spec, spec_dir=spec_dir, profiles=result.model.profiles)
+        ),
         "topology/cluster.json": canonical_json(cluster_record(plan, topology)),
     }
     configs, config_of = _deepspeed_files(spec, plan, topology)

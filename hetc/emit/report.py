@@ -24,6 +24,7 @@ from typing import Any
 
 import jinja2
 
+from hetc.costmodel.coverage import coverage_lines, plan_coverage
 from hetc.costmodel.memory import GIB, MemoryBreakdown
 from hetc.costmodel.schedule import Interval, Timeline
 from hetc.costmodel.simulate import RankReport, Simulation
@@ -132,6 +133,11 @@ def report_markdown(spec: Spec, result: PlanningResult, *, spec_path_name: str) 
         "name": spec.name,
         "spec_file": spec_path_name,
         "facts": _search_facts(spec, result),
+        "fallbacks": [
+            line
+            for line in coverage_lines(plan_coverage(spec, result.model.profiles, plan))
+            if line != "every term measured"
+        ],
         "shape": _shape(plan),
         "stages": _stage_rows(plan),
         "rented": _rented_rows(plan, spec),
@@ -198,14 +204,18 @@ def _search_facts(spec: Spec, result: PlanningResult) -> list[tuple[str, str]]:
         + (f" ({p.meta['origin']})" if "origin" in p.meta else "")
         for p in result.model.profiles
     )
+    covered = not plan_coverage(spec, result.model.profiles, result.proposals[0].plan)
     return [
         ("Objective", goal),
         ("Constraints", "; ".join(constraints) if constraints else "none given"),
         (
             "Cost model",
-            f"measured profiles: {measured}; the analytical model for other devices"
-            if measured
-            else "analytical (no measured profile)",
+            (f"measured profiles: {measured}; " if measured else "no measured profile; ")
+            + (
+                "every term measured"
+                if covered
+                else "formulas where nothing was measured, listed below"
+            ),
         ),
         ("Search", scored),
         ("Approximations", approximations),

@@ -5,6 +5,12 @@ all-gather, its pipeline traffic sends and receives; each is timed over a sweep 
 sizes on the node's own process group (gloo over loopback between CPU processes, NCCL between
 GPUs), converted to the bandwidth the cost model's ring formulas divide by, and fitted to its
 log-quadratic bandwidth-vs-size curve (`hetc.costmodel.profile.fit_bandwidth`).
+
+`loopback_sweep` times the link between two "nodes" of a CPU device run on one host, as a
+local CPU plan runs them: each node's processes talk to the other's over loopback TCP (gloo),
+`n` pairs at once for `n` flows per node. That is the link such a plan's traffic between
+nodes takes, and only such a plan's: CPU nodes on two machines talk over their NIC, which a
+profile measures by `hetc profile measure` under torchrun on two nodes.
 """
 
 from __future__ import annotations
@@ -122,4 +128,60 @@ def fits(
             points.append((float(moved), bandwidth(collective, moved, devices, t)))
         group = per_node if per_node is not None else 2 if collective == "p2p" else devices
         found[collective] = {group: fit_bandwidth(points)}
+    return found
+
+
+def loopback_sweep(
+    sizes: Sequence[int], flows: Sequence[int], *, warmup: int, repeats: int, rank: int, node: int
+) -> dict[str, list[float]]:
+    """Median seconds of a one-way transfer at each size, per number of flows (a JSON key),
+    between two nodes of `node` ranks each (ranks 0..node-1 and node..2 node-1): for `n`
+    flows, ranks i < n ping-pong with rank node + i at once (half the round trip, the slowest
+    pair's); the rest wait. Every rank of the default group calls it alike."""
+    device = torch.device("cpu")
+    medians: dict[str, list[float]] = {}
+    for n in flows:
+        medians[str(n)] = []
+        for size in sizes:
+            buffer = torch.zeros(message_bytes("p2p", size, 2) // FLOAT_BYTES, device=device)
+            run = _pair(buffer, rank, node, n)
+            for _ in range(warmup):
+                run()
+            watch = Stopwatch(False)
+            for _ in range(repeats):
+                dist.barrier()
+                with watch.section(size):
+                    run()
+            mine = torch.tensor(watch.durations()[size], dtype=torch.float64)
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX)
+            medians[str(n)].append(statistics.median(mine.tolist()) / 2)
+    return medians
+
+
+def _pair(buffer: torch.Tensor, rank: int, node: int, flows: int) -> Callable[[], None]:
+    """One round trip between rank i < flows and its peer node + i on the other node."""
+
+    def ping_pong() -> None:
+        if rank < flows:
+            dist.send(buffer, node + rank)
+            dist.recv(buffer, node + rank)
+        elif node <= rank < node + flows:
+            dist.recv(buffer, rank - node)
+            dist.send(buffer, rank - node)
+
+    return ping_pong
+
+
+def loopback_fits(medians: dict[str, list[float]], sizes: Sequence[int]) -> dict[int, BandwidthFit]:
+    """flows -> the fit of the bandwidth the `n` flows moved together (n S / t), as the
+    profile files links between nodes (`network.inter_node.p2p[n]`: the peak is the flows'
+    together, each gets its share)."""
+    found: dict[int, BandwidthFit] = {}
+    for key, seconds in medians.items():
+        n = int(key)
+        points = []
+        for size, t in zip(sizes, seconds, strict=True):
+            moved = message_bytes("p2p", size, 2)
+            points.append((float(moved), n * bandwidth("p2p", moved, 2, t)))
+        found[n] = fit_bandwidth(points)
     return found

@@ -2,9 +2,12 @@
 
 It refuses, before measuring anything, what the runtime could not run: a device the spec has
 no pool of, a model the runtime does not build, a TP degree above the pool's node size or not
-dividing the heads, KV heads, FFN width and padded vocabulary. Then it measures each TP degree
-(TP 1 in this process; a higher degree as that many ranks, `hetc.profiler.worker`), measures
-the node's collectives, and writes the profile once everything is measured, atomically.
+dividing the heads, KV heads, FFN width and padded vocabulary; and an output file that holds
+another profile (`points.identity_problem`) or is not a profile at all. Then it measures the
+points the planner may choose that the output file does not hold yet (`points`), with a
+progress display (`progress`) and an optional time budget, the node's collectives and, for a
+CPU device, the link between two nodes over loopback (`steps`); and writes the profile,
+atomically, with what it measured and what the file held.
 
 Started by torchrun on several nodes, one process per node (`WORLD_SIZE` > 1 in the
 environment), every process first times the collectives between the nodes over torchrun's
@@ -15,52 +18,65 @@ measures its node as above and writes the profile, and the others stop.
 from __future__ import annotations
 
 import os
-import platform
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import torch
-import torch.distributed as dist
 
-import hetc
 from hetc.costmodel.profile import (
     BandwidthFit,
-    LayerMemory,
     LayerProfile,
-    Network,
+    ProfileError,
+    read_profile,
     write_profile,
 )
 from hetc.emit.compile import training_record
 from hetc.emit.deepspeed import ConfigKey, deepspeed_config
 from hetc.plan.topology import BatchTriple
 from hetc.profiler import collectives
-from hetc.profiler.layers import KINDS, LayerTask, RankMeasurement, measure, slowest
-from hetc.profiler.worker import GroupFailed, run_group
+from hetc.profiler.layers import LayerTask
+from hetc.profiler.points import (
+    identity_problem,
+    merged,
+    missing_points,
+    planner_points,
+    reuse_differences,
+)
+from hetc.profiler.progress import Progress
+from hetc.profiler.steps import (
+    ATTENTION,
+    Measured,
+    build_profile,
+    measure_inter_node,
+    measure_intra_node,
+    measure_layer_points,
+    measure_loopback,
+    meta,
+    settings,
+)
+from hetc.profiler.worker import GroupFailed
+from hetc.runtime.environment import current_environment
 from hetc.runtime.model import ModelConfig
 from hetc.schema import EnvironmentProblem
 from hetc.schema.diagnostics import did_you_mean
 from hetc.schema.spec import Spec
 from hetc.units import UnitError, parse_quantity
 
+__all__ = ["ATTENTION", "layer_task", "run_measure_command"]
+
 Echo = Callable[..., None]
 EXIT_INVALID, EXIT_USAGE, EXIT_ENVIRONMENT = 1, 2, 4
-ATTENTION = "sdpa"
-"""`hetc.runtime.model.Attention` calls torch.nn.functional.scaled_dot_product_attention
-(causal); torch picks its kernel (flash, memory-efficient, cuDNN or math) per call."""
-GROUP_DEADLINE_S = 3600.0
 
 
 class _Refused(Exception):
-    """The request cannot be measured: the message, and the exit code that goes with it."""
+    """The request cannot be measured: the message, the exit code, and what to do."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, to_fix: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.to_fix = to_fix
 
 
 def run_measure_command(
@@ -70,7 +86,7 @@ def run_measure_command(
     output: Path,
     *,
     echo: Echo,
-    microbatch: str = "1,2",
+    microbatch: str | None = None,
     tp: str | None = None,
     warmup: int = 3,
     repeats: int = 10,
@@ -78,21 +94,28 @@ def run_measure_command(
     network: bool = True,
     network_devices: int | None = None,
     sizes: str | None = None,
+    budget: float | None = None,
+    remeasure: bool = False,
+    terminal: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Measure and write the profile; returns the exit code (0 written, 1 a device, model or
-    TP degree the spec cannot use, 2 a malformed option, 4 this machine cannot measure it)."""
-    began = time.monotonic()
+    """Measure what the output file lacks and write the profile; returns the exit code (0
+    written or nothing to measure, 1 a device, model, TP degree or output file the spec
+    cannot use, 2 a malformed option, 4 this machine cannot measure it). `terminal`: stderr
+    is a terminal, so progress is one bar redrawn in place. `clock` times the budget."""
+    began = clock()
     try:
         name, node = _device(spec, device)
         config = _model(spec)
-        microbatches = _integers(microbatch, "--microbatch")
-        degrees = _degrees(config, node, name, tp)
+        planned_micro, planned_tp = planner_points(spec, name)
+        microbatches = (
+            planned_micro if microbatch is None else _integers(microbatch, "--microbatch")
+        )
+        degrees = _degrees(config, node, name, tp, planned_tp)
         messages = _sizes(sizes) if network else ()
         group = network_devices if network_devices is not None else node
-        if (
-            int(os.environ.get("WORLD_SIZE", "1")) > 1
-            and os.environ.get("LOCAL_WORLD_SIZE", "1") != "1"
-        ):
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1 and os.environ.get("LOCAL_WORLD_SIZE", "1") != "1":
             raise _Refused(
                 "started by torchrun with several processes per node: run one per node"
                 " (torchrun --nproc-per-node 1); each measures its own node's devices itself",
@@ -102,61 +125,133 @@ def run_measure_command(
         echo(f"hetc: {refused}", err=True)
         return refused.code
     cuda = spec.devices[name].kind == "gpu"
+    loopback = _loopback_flows(cuda, messages, world, degrees, node)
     _check_machine(name, cuda, max(degrees), group if messages else 1, output)
     if threads is None and not cuda:
         # As `python -m hetc.runtime`: one thread per rank unless OpenMP is told otherwise.
         given = os.environ.get("OMP_NUM_THREADS", "")
         threads = int(given) if given.isdigit() and int(given) > 0 else 1
-    task = layer_task(spec, microbatches, warmup=warmup, repeats=repeats, cuda=cuda)
     per_rank = threads if threads is not None else torch.get_num_threads()
+    environment = current_environment(cuda=cuda, threads=per_rank)
+    writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
+    try:
+        existing = (
+            _existing(output, spec, name, environment, remeasure=remeasure, echo=echo)
+            if writer
+            else None
+        )
+    except _Refused as refused:
+        echo(str(refused), err=True)
+        echo(f"To fix: {refused.to_fix}", err=True)
+        return refused.code
+    todo = missing_points(existing, microbatches, degrees)
+    intra = bool(messages) and group >= 2 and not _has_intra_node(existing, group)
+    loopback = [n for n in loopback if not _has_inter_node(existing, n)]
+    between: dict[str, dict[int, BandwidthFit]] = {}
+    if world > 1 and messages:
+        between = measure_inter_node(messages, warmup, repeats, cuda, echo)
+        if not writer:
+            echo("hetc: inter-node collectives measured; rank 0 writes the profile", err=True)
+            return 0
+    total = len(todo) + intra + bool(loopback)
+    held = "" if existing is None else f"; {output} holds {len(existing.points())} point(s) already"
     echo(
         f"hetc: profiling the model of {spec_path} ({spec.model_name}) on {name}:"
         f" {spec.training.precision}, seq_len {spec.training.seq_len},"
         f" microbatch {_list(microbatches)}, TP {_list(degrees)},"
-        f" {per_rank} thread(s) per rank, {warmup} warm-up + {repeats} timed iteration(s)",
+        f" {per_rank} thread(s) per rank, {warmup} warm-up + {repeats} timed iteration(s){held}",
         err=True,
     )
+    if not total and not between:
+        echo(f"hetc: {output} holds every point asked for: nothing to measure", err=True)
+        return 0
     if not cuda:
         _warn_oversubscribed(max(degrees) * per_rank, "the largest TP degree", echo)
-    measured: dict[int, RankMeasurement] = {}
-    between: dict[str, dict[int, BandwidthFit]] = {}
+        _warn_oversubscribed(2 * max(loopback, default=0) * per_rank, "the loopback link", echo)
+    measured = Measured()
+    if between:
+        measured.network["inter_node"] = between
+    progress = Progress(echo, total, terminal=terminal, clock=clock)
+
+    def go() -> bool:
+        return budget is None or clock() - began < budget
+
+    complete, failure = False, None
     try:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and messages:
-            between = _inter_node(messages, warmup, repeats, cuda, echo)
-            if int(os.environ.get("RANK", "0")) != 0:
-                echo("hetc: inter-node collectives measured; rank 0 writes the profile", err=True)
-                return 0
-        for t in degrees:
-            ranks = f" ({t} processes)" if t > 1 else ""
-            echo(f"hetc: measuring TP {t}{ranks} ...", err=True)
-            measured[t] = _measure_tp(task, t, threads)
-            _echo_point(t, measured[t], echo)
-        fits = _network(messages, group, warmup, repeats, cuda, per_rank, echo)
+        task_for = _task_maker(spec, warmup, repeats, cuda)
+        complete = measure_layer_points(task_for, todo, threads, measured, progress, go)
+        if complete and intra:
+            measured.network.update(
+                measure_intra_node(messages, group, warmup, repeats, cuda, per_rank, progress)
+            )
+            complete = go() or not loopback
+        if complete and loopback:
+            found = measure_loopback(messages, loopback, warmup, repeats, per_rank, progress)
+            measured.network.setdefault("inter_node", {}).update(found["inter_node"])
     except (GroupFailed, torch.cuda.OutOfMemoryError) as exc:
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        echo(f"hetc: measuring failed: {message}", err=True)
+        failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        complete = False
+    finally:
+        progress.close()
+    new = build_profile(
+        spec, name, measured, environment, meta(spec, per_rank, warmup, repeats, cuda)
+    )
+    wrote = bool(measured.count() or measured.network) and _write(merged(existing, new), output)
+    if failure is not None:
+        echo(f"hetc: measuring failed: {failure}", err=True)
         echo(
             "To fix: free the devices (or memory) it needs, or ask for less with --tp,"
-            " --microbatch or --no-network",
+            " --microbatch or --no-network"
+            + (
+                f"; {output} keeps what was measured, and the same command measures the rest"
+                if wrote
+                else ""
+            ),
             err=True,
         )
         return EXIT_ENVIRONMENT
-    if between:
-        fits = {**fits, "inter_node": between}
-    profile = _profile(spec, name, measured, fits, per_rank, warmup, repeats, cuda)
-    try:
-        write_profile(profile, output)
-    except OSError as exc:
-        raise EnvironmentProblem(
-            f"cannot write {output}: {exc.strerror or exc}", "pass a writable -o"
-        ) from None
-    echo(
-        f"hetc: wrote {output}: {len(microbatches)} microbatch size(s) x {len(degrees)} TP"
-        f" degree(s), {spec.model.layers + 2} layers each"
-        f"{f', collectives over {group} devices' if fits else ''}"
-        f" ({time.monotonic() - began:.1f} s)",
-        err=True,
+    if not wrote:
+        echo(
+            f"hetc: every point ran out of {name}'s memory: nothing to write",
+            err=True,
+        )
+        echo(
+            "To fix: measure on a device with more memory, or train with activation"
+            " checkpointing or a shorter sequence",
+            err=True,
+        )
+        return EXIT_ENVIRONMENT
+    summary = (
+        f"hetc: wrote {output}: {measured.count()} point(s) measured"
+        + (f", {len(existing.points())} kept" if existing is not None else "")
+        + f", {spec.model.layers + 2} layers each"
+        + (", collectives inside a node" if intra and "intra_node" in measured.network else "")
+        + (", the link between nodes" if "inter_node" in measured.network else "")
+        + f" ({clock() - began:.1f} s)"
     )
+    echo(summary, err=True)
+    if not complete:
+        left = _left(todo, measured, intra, loopback)
+        echo(
+            f"hetc: the budget of {budget:g} s is spent; not measured: {'; '.join(left)}", err=True
+        )
+        echo(
+            "hetc: to measure them (the points in the file are kept): "
+            + _rerun(
+                spec_path,
+                name,
+                output,
+                microbatch,
+                tp,
+                threads,
+                warmup,
+                repeats,
+                network,
+                network_devices,
+                sizes,
+            ),
+            err=True,
+        )
     return 0
 
 
@@ -174,6 +269,140 @@ def layer_task(
         repeats=repeats,
         cuda=cuda,
     )
+
+
+def _task_maker(
+    spec: Spec, warmup: int, repeats: int, cuda: bool
+) -> Callable[[Sequence[int]], LayerTask]:
+    return lambda micros: layer_task(spec, micros, warmup=warmup, repeats=repeats, cuda=cuda)
+
+
+def _existing(
+    output: Path,
+    spec: Spec,
+    name: str,
+    environment: dict[str, object],
+    *,
+    remeasure: bool,
+    echo: Echo,
+) -> LayerProfile | None:
+    """The profile in `output` whose points can be kept, or None (no file, `remeasure`, or
+    measured otherwise: a warning says how). Refused: a file that is not a profile hetc
+    reads, or that profiles another model, device, precision or sequence length."""
+    if not output.exists():
+        return None
+    try:
+        existing = read_profile(output)
+    except ProfileError as exc:
+        raise _Refused(
+            str(exc),
+            EXIT_INVALID,
+            f"remove {output} (it is not a profile hetc can read), or pass another -o",
+        ) from None
+    problem = identity_problem(existing, spec, name)
+    if problem is not None:
+        raise _Refused(
+            f"hetc: {output} holds another profile: {problem}",
+            EXIT_INVALID,
+            f"pass another -o, or remove {output} to replace it",
+        )
+    if remeasure:
+        return None
+    differences = reuse_differences(existing, settings(spec), environment)
+    if differences:
+        echo(
+            f"hetc: warning: {output} was measured differently: {'; '.join(differences)}:"
+            " measuring every point again",
+            err=True,
+        )
+        return None
+    return existing
+
+
+def _has_intra_node(existing: LayerProfile | None, devices: int) -> bool:
+    if existing is None:
+        return False
+    fits = existing.network.get("intra_node", {})
+    return all((2 if c == "p2p" else devices) in fits.get(c, {}) for c in collectives.COLLECTIVES)
+
+
+def _has_inter_node(existing: LayerProfile | None, flows: int) -> bool:
+    if existing is None:
+        return False
+    return flows in existing.network.get("inter_node", {}).get("p2p", {})
+
+
+def _loopback_flows(
+    cuda: bool, messages: Sequence[int], world: int, degrees: Sequence[int], node: int
+) -> list[int]:
+    """The flow counts of a CPU device's link between nodes to measure over loopback: each
+    TP degree (a ring's hop carries that many flows per node) and the node's device count;
+    none for a GPU, without the sweep, or under torchrun (which measures the real link)."""
+    if cuda or not messages or world > 1:
+        return []
+    return sorted({*degrees, node})
+
+
+def _write(profile: LayerProfile, output: Path) -> bool:
+    """Write `profile` if it holds a point; whether it did."""
+    if not profile.times:
+        return False
+    try:
+        write_profile(profile, output)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot write {output}: {exc.strerror or exc}", "pass a writable -o"
+        ) from None
+    return True
+
+
+def _left(
+    todo: Sequence[tuple[int, int]], measured: Measured, intra: bool, loopback: Sequence[int]
+) -> list[str]:
+    """What the run did not measure, in words."""
+    done = {(t, m) for t, by in measured.points.items() for m in by}
+    done |= {(t, m) for m, tps in measured.out_of_memory.items() for t in tps}
+    left: dict[int, list[int]] = {}
+    for tp, micro in todo:
+        if (tp, micro) not in done:
+            left.setdefault(tp, []).append(micro)
+    words = [f"TP {tp} at microbatch {_list(micros)}" for tp, micros in left.items()]
+    if intra and "intra_node" not in measured.network:
+        words.append("the collectives inside a node")
+    if loopback and "p2p" not in measured.network.get("inter_node", {}):
+        words.append("the link between nodes")
+    return words
+
+
+def _rerun(
+    spec_path: Path,
+    name: str,
+    output: Path,
+    microbatch: str | None,
+    tp: str | None,
+    threads: int | None,
+    warmup: int,
+    repeats: int,
+    network: bool,
+    network_devices: int | None,
+    sizes: str | None,
+) -> str:
+    """The command that measures the rest: this one, with the options it was given."""
+    words = ["hetc profile measure", str(spec_path), "--device", name, "-o", str(output)]
+    for option, value, default in (
+        ("--microbatch", microbatch, None),
+        ("--tp", tp, None),
+        ("--threads", threads, None),
+        ("--warmup", warmup, 3),
+        ("--repeats", repeats, 10),
+        ("--network-devices", network_devices, None),
+        ("--sizes", sizes, None),
+    ):
+        if value != default:
+            words += [option, str(value)]
+    if not network:
+        words.append("--no-network")
+    return " ".join(words)
 
 
 def _device(spec: Spec, device: str) -> tuple[str, int]:
@@ -209,12 +438,13 @@ def _integers(text: str, option: str) -> tuple[int, ...]:
     return values
 
 
-def _degrees(config: ModelConfig, node: int, name: str, tp: str | None) -> tuple[int, ...]:
+def _degrees(
+    config: ModelConfig, node: int, name: str, tp: str | None, planned: Sequence[int]
+) -> tuple[int, ...]:
     """The TP degrees asked for, each one the runtime can split the model by on one node;
-    by default the powers of two the planner considers (dividing the node size)."""
+    by default the planner's (`planned`) that the runtime can split the model by."""
     if tp is None:
-        powers = (2**k for k in range(node.bit_length()))
-        return tuple(t for t in powers if node % t == 0 and not _unsplittable(config, t))
+        return tuple(t for t in planned if not _unsplittable(config, t)) or (1,)
     degrees = _integers(tp, "--tp")
     for t in degrees:
         if t > node:
@@ -289,189 +519,5 @@ def _warn_oversubscribed(processes: int, what: str, echo: Echo) -> None:
         )
 
 
-def _measure_tp(task: LayerTask, tp: int, threads: int | None) -> RankMeasurement:
-    if tp > 1:
-        request = {"kind": "layers", "layers": task.to_json(), "cuda": task.cuda}
-        ranks = run_group(request, tp, threads=threads, deadline_s=GROUP_DEADLINE_S)
-        return slowest([RankMeasurement.from_json(r) for r in ranks])
-    device = torch.device("cuda", torch.cuda.current_device()) if task.cuda else torch.device("cpu")
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        return measure(task, None, 1, 0, device)
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _network(
-    sizes: Sequence[int],
-    devices: int,
-    warmup: int,
-    repeats: int,
-    cuda: bool,
-    threads: int,
-    echo: Echo,
-) -> Network:
-    if not sizes:
-        return {}
-    if devices < 2:
-        echo(
-            f"hetc: a node has {devices} device: no collectives between devices to measure",
-            err=True,
-        )
-        return {}
-    if not cuda:
-        _warn_oversubscribed(devices * threads, "the network group", echo)
-    request = {
-        "kind": "network",
-        "sizes": list(sizes),
-        "warmup": warmup,
-        "repeats": repeats,
-        "cuda": cuda,
-    }
-    seconds = run_group(request, devices, threads=threads, deadline_s=GROUP_DEADLINE_S)[0]
-    found = collectives.fits(seconds, sizes, devices)
-    for collective, by_group in found.items():
-        for n, fit in by_group.items():
-            low, high = fit.points[0], fit.points[-1]
-            echo(
-                f"hetc: {collective} over {n} devices: {_rate(low[1])} at {_size(low[0])} .."
-                f" {_rate(high[1])} at {_size(high[0])}; fit residual {fit.residual:.1%}",
-                err=True,
-            )
-    return {"intra_node": found}
-
-
-def _inter_node(
-    sizes: Sequence[int], warmup: int, repeats: int, cuda: bool, echo: Echo
-) -> dict[str, dict[int, BandwidthFit]]:
-    """The collectives between the nodes torchrun started, one process on each: p2p between
-    ranks 0 and 1, all-reduce and all-gather over all of them."""
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    echo(f"hetc: measuring the collectives between {world} nodes (rank {rank}) ...", err=True)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=GROUP_DEADLINE_S))
-    try:
-        seconds = collectives.sweep(
-            sizes, warmup=warmup, repeats=repeats, rank=rank, devices=world, cuda=cuda
-        )
-    finally:
-        dist.destroy_process_group()
-    found = collectives.fits(seconds, sizes, world, per_node=1)
-    for collective, by_key in found.items():
-        for fit in by_key.values():
-            low, high = fit.points[0], fit.points[-1]
-            echo(
-                f"hetc: {collective} between {world} nodes: {_rate(low[1])} at {_size(low[0])}"
-                f" .. {_rate(high[1])} at {_size(high[0])}; fit residual {fit.residual:.1%}",
-                err=True,
-            )
-    return found
-
-
-def _spread(layers: int, per_kind: Sequence[Any]) -> dict[int, Any]:
-    """Profile layer index -> the measurement of its kind: 0 the embedding, 1..L the one block
-    measured (the runtime's blocks are identical), L + 1 the output end."""
-    return {
-        0: per_kind[0],
-        **dict.fromkeys(range(1, layers + 1), per_kind[1]),
-        layers + 1: per_kind[2],
-    }
-
-
-def _profile(
-    spec: Spec,
-    name: str,
-    measured: dict[int, RankMeasurement],
-    network: Network,
-    threads: int,
-    warmup: int,
-    repeats: int,
-    cuda: bool,
-) -> LayerProfile:
-    layers = spec.model.layers
-    times: dict[int, dict[int, dict[int, tuple[float, float, float]]]] = {}
-    peaks: dict[int, dict[int, float]] = {}
-    memory: dict[int, dict[int, LayerMemory]] = {}
-    for t, result in measured.items():
-        for micro, per_kind in result.times.items():
-            times.setdefault(micro, {})[t] = _spread(layers, per_kind)
-            peaks.setdefault(micro, {})[t] = float(result.peak_bytes[micro])
-        kinds = [
-            LayerMemory(
-                weight_bytes=float(result.weight_bytes[k]),
-                activation_bytes={m: float(a[k]) for m, a in result.activation_bytes.items()},
-            )
-            for k in range(len(KINDS))
-        ]
-        memory[t] = _spread(layers, kinds)
-    return LayerProfile(
-        model=spec.model_name,
-        device=name,
-        precision=spec.training.precision,
-        seq_len=spec.training.seq_len,
-        times=times,
-        architecture=asdict(spec.model),
-        memory=memory,
-        peak_bytes=peaks,
-        network=network,
-        meta=_meta(spec, threads, warmup, repeats, cuda),
-    )
-
-
-def _meta(spec: Spec, threads: int, warmup: int, repeats: int, cuda: bool) -> dict[str, object]:
-    software = {
-        "hetc": hetc.__version__,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-    }
-    if cuda:
-        software["cuda"] = str(torch.version.cuda)
-        software["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
-    return {
-        "origin": f"measured by hetc profile measure on {socket.gethostname()}",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "attention": ATTENTION,
-        "threads": threads,
-        "software": software,
-        "hardware": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
-        "spec": spec.name,
-        "activation_checkpointing": spec.training.activation_checkpointing,
-        "dropout": spec.training.dropout,
-        "optimizer": spec.training.optimizer.type,
-        "timing": f"median of {repeats} after {warmup} warm-up, the slowest TP rank;"
-        f" {'CUDA events' if cuda else 'time.perf_counter'}",
-        "memory": "CUDA caching allocator" if cuda else "live tensor storage (LiveTensorBytes)",
-        "layers": "0 embedding; 1..L one measured block; L+1 final norm, head and loss",
-    }
-
-
-def _echo_point(tp: int, result: RankMeasurement, echo: Echo) -> None:
-    for micro, per_kind in result.times.items():
-        parts = ", ".join(
-            f"{kind} {'/'.join(f'{s * 1e3:.3g}' for s in t)} ms"
-            for kind, t in zip(KINDS, per_kind, strict=True)
-        )
-        kept = "/".join(_size(b) for b in result.activation_bytes[micro])
-        echo(
-            f"hetc: TP {tp}, microbatch {micro}: {parts} (forward/backward/update);"
-            f" activations {kept}; peak {_size(result.peak_bytes[micro])}",
-            err=True,
-        )
-
-
 def _list(values: Sequence[int]) -> str:
     return ",".join(map(str, values))
-
-
-def _size(value: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f} B"
-
-
-def _rate(value: float) -> str:
-    return f"{value / 1e9:.3g} GB/s"

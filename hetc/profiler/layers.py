@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -385,35 +385,63 @@ def _memory(layers: _Layers, micro: int, step: int) -> tuple[list[int], int]:
     return kept.kept, held + tracker.peak - start
 
 
-def measure(
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is the device running out of memory: CUDA's allocator error, the CPU
+    allocator's, or Python's MemoryError."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+def measure_points(
     task: LayerTask, group: Group, tp_size: int, tp_rank: int, device: torch.device
-) -> RankMeasurement:
-    """Times, then memory, of every microbatch size on this rank; every rank of `group`
-    must call it with the same task (the layers' TP collectives pair them up)."""
-    layers = _Layers(task, group, tp_size, tp_rank, device)
+) -> Generator[tuple[int, RankMeasurement | None], None, None]:
+    """Each microbatch size of the task in turn, timed then sized on this rank: its
+    measurement, or None when it ran out of the device's memory, after which nothing larger
+    is tried (a larger microbatch holds more). Every rank of `group` must advance it alike:
+    the layers' TP collectives pair them up. The caller may stop between points."""
+    try:
+        layers = _Layers(task, group, tp_size, tp_rank, device)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        yield task.microbatches[0], None
+        return
     element = ELEMENT_BYTES[task.training["precision"]]
     weights = [sum(p.numel() for p in layers.parameters(k)) * element for k in range(len(KINDS))]
-    times: dict[int, list[Times]] = {}
-    kept: dict[int, list[int]] = {}
-    peaks: dict[int, int] = {}
-    for micro in task.microbatches:
-        times[micro] = _times(layers, task, micro)
-        first = task.warmup + task.repeats
-        runs = [_memory(layers, micro, step) for step in range(first, first + MEMORY_ITERATIONS)]
-        kept[micro] = [min(run[0][k] for run in runs) for k in range(len(KINDS))]
-        peaks[micro] = max(run[1] for run in runs)
     k = layers.chain
     weights[BLOCK] //= k
     for micro in task.microbatches:
-        times[micro][BLOCK] = (
-            times[micro][BLOCK][0] / k,
-            times[micro][BLOCK][1] / k,
-            times[micro][BLOCK][2] / k,
+        try:
+            times = _times(layers, task, micro)
+            first = task.warmup + task.repeats
+            runs = [
+                _memory(layers, micro, step) for step in range(first, first + MEMORY_ITERATIONS)
+            ]
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            del layers
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            yield micro, None
+            return
+        kept = [min(run[0][kind] for run in runs) for kind in range(len(KINDS))]
+        kept[BLOCK] //= k
+        forward, backward, update = times[BLOCK]
+        times[BLOCK] = (forward / k, backward / k, update / k)
+        yield (
+            micro,
+            RankMeasurement(
+                times={micro: times},
+                weight_bytes=list(weights),
+                activation_bytes={micro: kept},
+                peak_bytes={micro: max(run[1] for run in runs)},
+            ),
         )
-        kept[micro][BLOCK] //= k
-    return RankMeasurement(
-        times=times, weight_bytes=weights, activation_bytes=kept, peak_bytes=peaks
-    )
 
 
 def slowest(ranks: Sequence[RankMeasurement]) -> RankMeasurement:

@@ -24,6 +24,7 @@ from hetc.runtime.checkpoint import (
     checkpoint_root,
     load_checkpoint,
 )
+from hetc.runtime.environment import profile_warning
 from hetc.runtime.startup import StartupError, start
 from hetc.runtime.train import StageTrainer, TrainingError, full_weights, train
 
@@ -87,6 +88,15 @@ def main(argv: list[str] | None = None) -> int:
             f" {len(started.groups)} groups verified)",
             flush=True,
         )
+        warning = profile_warning(
+            args.out_dir,
+            started.rank_file["node"],
+            cuda=dist.get_backend() == "nccl",
+            threads=torch.get_num_threads(),
+            device_index=started.rank_file["device_index"],
+        )
+        if warning is not None:
+            print(f"hetc-runtime: rank {rank}: warning: {warning}", file=sys.stderr, flush=True)
         if args.startup_only:
             print("hetc-runtime: start-up verified", flush=True)
             return 0

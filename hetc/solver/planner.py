@@ -89,13 +89,18 @@ def plan_spec(
     time_limit: float | None = None,
     progress: Progress | None = None,
     must_use: frozenset[int] = frozenset(),
+    measured_points: bool = False,
 ) -> PlanningResult:
     """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
-    by the simulator among the search's best `max(top, RERANKED)` candidates."""
+    by the simulator among the search's best `max(top, RERANKED)` candidates; with
+    `measured_points`, only at the (device, microbatch, TP) points the profiles timed
+    (`PlanningModel`)."""
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
     if unknown:
         raise ValueError(f"unknown approximation(s) {unknown}; known: {sorted(APPROXIMATIONS)}")
-    model = PlanningModel(spec, profiles=profiles, overhead=overhead)
+    model = PlanningModel(
+        spec, profiles=profiles, overhead=overhead, measured_points=measured_points
+    )
     chosen = default_approximations(model) if approximations is None else approximations
     result = search(
         model,

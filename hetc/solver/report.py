@@ -14,7 +14,15 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hetc.costmodel.profile import ProfileError
+from hetc.costmodel.coverage import (
+    MEASURE,
+    Fallback,
+    coverage_lines,
+    fix_lines,
+    plan_coverage,
+    refusal_lines,
+)
+from hetc.costmodel.profile import LayerProfile, ProfileError
 from hetc.costmodel.simulate import read_spec_profiles
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
@@ -85,8 +93,11 @@ def relative_loss(value: float, best: float) -> str:
     return f"{100 * (value / best - 1):.1f}%"
 
 
-def plan_table(proposal: Proposal, rank: int, spec: Spec) -> str:
-    """One proposal as a short header and a per-stage table."""
+def plan_table(
+    proposal: Proposal, rank: int, spec: Spec, profiles: Sequence[LayerProfile] = ()
+) -> str:
+    """One proposal as a short header, a per-stage table, and the terms of its prediction
+    that rest on a formula (`profiles`: those the prediction used)."""
     plan, sim, e = proposal.plan, proposal.simulation, proposal.candidate.estimate
     rented = Counter((n.device, n.zone, n.devices) for n in plan.nodes)
     rent = ", ".join(
@@ -114,6 +125,12 @@ def plan_table(proposal: Proposal, rank: int, spec: Spec) -> str:
         extra = f" +{'+'.join(ends)}" if ends else ""
         blocks = f"[{stage.first_block}, {stage.end_block}){extra}"
         lines.append(f"  {i:<5}  {blocks:<24} {_replica_groups(plan, i)}")
+    fallbacks = plan_coverage(spec, profiles, plan)
+    if fallbacks:
+        lines.append("  formula where not measured:")
+        lines += [f"    {line}" for line in coverage_lines(fallbacks)]
+    else:
+        lines.append("  cost model: every term measured")
     return "\n".join(lines)
 
 
@@ -140,6 +157,14 @@ def cross_check(result: PlanningResult) -> dict[str, Any] | None:
         "gap": (best.value - other) / other if other else 0.0,
         "seconds": seconds,
     }
+
+
+def _unprofiled(spec: Spec) -> list[Fallback]:
+    """A layer-times fallback for every device of the spec, to name their measure commands."""
+    return [
+        Fallback(device=d, term="layer times", missing="no profile", fix=MEASURE)
+        for d in sorted(spec.devices)
+    ]
 
 
 def _diagnosis_text(diagnosis: Diagnosis) -> str:
@@ -172,23 +197,42 @@ def planned_or_diagnosed(
     eval_limit: int | None,
     echo: Echo,
     profile_files: Sequence[str] = (),
+    strict_profiles: bool = False,
+    measured_points: bool = False,
+    spec_file: str = "SPEC",
 ) -> tuple[PlanningResult, dict[str, Any]] | int:
     """Plan the spec: the result and the planner options it used, or the exit code after
-    printing why there is no plan (1 bad profile, 2 bad option, 3 infeasible with diagnosis)."""
+    printing why there is no plan (1 bad profile, or with `strict_profiles` a plan resting
+    on a formula; 2 bad option; 3 infeasible with diagnosis). `measured_points` (implied by
+    `strict_profiles`) searches only the points the profiles timed."""
     try:
         profiles = read_spec_profiles(
             spec,
             spec_dir,
             extra=profile_files,
             warn=lambda message: echo(f"hetc: warning: {message}", err=True),
+            spec_file=spec_file,
         )
     except ProfileError as exc:
         echo(str(exc))
+        if exc.to_fix:
+            echo(f"To fix: {exc.to_fix}")
         return 1
     for profile in profiles:
         echo(f"hetc: {profile.device}: measured profile {profile.source}", err=True)
+    restrict = strict_profiles or measured_points
+    if restrict and not profiles:
+        option = "--strict-profiles" if strict_profiles else "--measured-points"
+        echo(f"hetc: {option}: no profile of a device of the spec, so no point is measured")
+        commands = fix_lines(_unprofiled(spec), spec_file, ())
+        echo(f"To fix: measure one: {'; '.join(commands)}")
+        return 1
     progress = ProgressLine(echo) if sys.stderr.isatty() and not as_json else None
-    options: dict[str, Any] = {"profiles": profiles, "approximations": approximations}
+    options: dict[str, Any] = {
+        "profiles": profiles,
+        "approximations": approximations,
+        "measured_points": restrict,
+    }
     try:
         result = plan_spec(
             spec,
@@ -206,6 +250,11 @@ def planned_or_diagnosed(
             progress.close()
     search = result.search
     if result.proposals:
+        fallbacks = plan_coverage(spec, profiles, result.proposals[0].plan)
+        if strict_profiles and fallbacks:
+            for line in refusal_lines("plan 1's prediction", fallbacks, spec_file, profiles):
+                echo(line)
+            return 1
         return result, options
     if not search.complete:
         echo(
@@ -214,7 +263,11 @@ def planned_or_diagnosed(
             err=True,
         )
         return 3
-    diagnosis = diagnose(spec, **options)
+    diagnosis = None
+    if restrict:
+        diagnosis = _measured_points_binding(spec, profiles, approximations, spec_file)
+    if diagnosis is None:
+        diagnosis = diagnose(spec, **options)
     if as_json:
         echo(
             json.dumps(
@@ -232,6 +285,31 @@ def planned_or_diagnosed(
     return 3
 
 
+def _measured_points_binding(
+    spec: Spec,
+    profiles: Sequence[LayerProfile],
+    approximations: frozenset[str] | None,
+    spec_file: str,
+) -> Diagnosis | None:
+    """Why a search kept to measured points found nothing, when the points are the reason:
+    the same search over every point finds a plan. None when it does not (then the spec's own
+    diagnosis applies)."""
+    if not plan_spec(spec, profiles=profiles, approximations=approximations).proposals:
+        return None
+    timed = "; ".join(
+        f"{p.device} TP {tp} at microbatch {','.join(str(m) for m, t in p.points() if t == tp)}"
+        for p in profiles
+        for tp in sorted({t for _, t in p.points()})
+    )
+    return Diagnosis(
+        binding="measured points",
+        message=f"no plan at the points the profiles timed ({timed}); there are plans at"
+        " points they did not time",
+        change="measure them: " + "; ".join(fix_lines(_unprofiled(spec), spec_file, profiles)),
+        plan=None,
+    )
+
+
 def run_plan_command(
     spec: Spec,
     spec_dir: str,
@@ -245,8 +323,12 @@ def run_plan_command(
     solver: str,
     echo: Echo,
     profile_files: Sequence[str] = (),
+    strict_profiles: bool = False,
+    measured_points: bool = False,
+    spec_file: str = "SPEC",
 ) -> int:
-    """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input, 3 infeasible)."""
+    """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input or a strict
+    refusal, 3 infeasible)."""
     planned = planned_or_diagnosed(
         spec,
         spec_dir,
@@ -257,6 +339,9 @@ def run_plan_command(
         eval_limit=eval_limit,
         echo=echo,
         profile_files=profile_files,
+        strict_profiles=strict_profiles,
+        measured_points=measured_points,
+        spec_file=spec_file,
     )
     if isinstance(planned, int):
         return planned
@@ -277,7 +362,8 @@ def run_plan_command(
             f"hetc: warning: {search.stop_reason}: the best plan so far, not proven best", err=True
         )
     blocks = [header]
-    blocks += [plan_table(p, i + 1, spec) for i, p in enumerate(result.proposals)]
+    profiles = result.model.profiles
+    blocks += [plan_table(p, i + 1, spec, profiles) for i, p in enumerate(result.proposals)]
     if len(result.proposals) > 1:
         best = simulated_objective(spec, result.proposals[0].simulation)
         blocks.append(
@@ -324,6 +410,10 @@ def _result_json(
                 "objective": simulated_objective(spec, p.simulation),
                 "planner_iteration_time": p.candidate.estimate.iteration_time,
                 "planner_cost_per_iteration": p.candidate.estimate.cost,
+                "formula_fallbacks": [
+                    {"device": f.device, "term": f.term, "missing": f.missing}
+                    for f in plan_coverage(result.model.spec, result.model.profiles, p.plan)
+                ],
                 "plan": json.loads(plan_to_json(p.plan)),
             }
             for i, p in enumerate(result.proposals)

@@ -1,0 +1,84 @@
+"""What `hetc simulate` does between parsing its arguments and setting its exit code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hetc.costmodel.coverage import coverage_lines, plan_coverage, refusal_lines
+from hetc.costmodel.profile import ProfileError
+from hetc.costmodel.simulate import plan_spec_problems, read_spec_profiles, simulate
+from hetc.costmodel.summary import simulation_json, simulation_text
+from hetc.plan import PlanFormatError, plan_from_json
+from hetc.schema import EnvironmentProblem, check_file, spec_hash
+from hetc.schema.source import read_plain_text
+
+Echo = Callable[..., None]
+EXIT_INVALID = 1
+
+
+def run_simulate_command(
+    spec_path: Path,
+    plan_path: Path,
+    *,
+    as_json: bool,
+    echo: Echo,
+    profile_files: Sequence[str] = (),
+    strict_profiles: bool = False,
+) -> int:
+    """Simulate the plan and print the prediction and the terms that rest on a formula;
+    returns the exit code (0, or 1 for an invalid spec, plan or profile, or with
+    `strict_profiles` a prediction resting on a formula). A file that cannot be read raises
+    EnvironmentProblem (exit 4)."""
+    checked = check_file(str(spec_path))
+    if checked.spec is None:
+        for diagnostic in checked.diagnostics:
+            echo(diagnostic.format())
+        return EXIT_INVALID
+    spec = checked.spec
+    try:
+        layout = plan_from_json(read_plain_text(str(plan_path)))
+    except PlanFormatError as exc:
+        for problem in exc.problems:
+            echo(f"{plan_path}: {problem}")
+        return EXIT_INVALID
+    except UnicodeDecodeError:
+        raise EnvironmentProblem(f"{plan_path} is not UTF-8 text", "pass a plan.json") from None
+    mismatched = plan_spec_problems(layout, spec)
+    if mismatched:
+        for problem in mismatched:
+            echo(f"{plan_path}: {problem}")
+        return EXIT_INVALID
+    if layout.spec_hash != spec_hash(spec):
+        echo(f"hetc: warning: {plan_path} was made for another version of {spec_path}", err=True)
+    try:
+        profiles = read_spec_profiles(
+            spec,
+            str(spec_path.parent),
+            extra=profile_files,
+            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
+            spec_file=str(spec_path),
+        )
+    except ProfileError as exc:
+        echo(str(exc))
+        if exc.to_fix:
+            echo(f"To fix: {exc.to_fix}")
+        return EXIT_INVALID
+    fallbacks = plan_coverage(spec, profiles, layout)
+    if strict_profiles and fallbacks:
+        for line in refusal_lines("the prediction", fallbacks, str(spec_path), profiles):
+            echo(line)
+        return EXIT_INVALID
+    result = simulate(layout, spec, profiles=profiles)
+    if as_json:
+        document = simulation_json(result)
+        document["formula_fallbacks"] = [
+            {"device": f.device, "term": f.term, "missing": f.missing} for f in fallbacks
+        ]
+        echo(json.dumps(document, indent=2))
+    else:
+        lines = coverage_lines(fallbacks)
+        heading = "cost model: " if not fallbacks else "formula where not measured:\n  "
+        echo(simulation_text(result) + "\n\n" + heading + "\n  ".join(lines))
+    return 0
