@@ -11,6 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hetc.costmodel.compiled import compiled_spec_files
 from hetc.emit.deepspeed import ConfigKey, config_problems, deepspeed_config
 from hetc.emit.launch import launch_files
 from hetc.emit.output import manifest_json
@@ -127,6 +128,7 @@ def compile_output(
         "plan.json": plan_to_json(plan).encode(),
         "training.json": canonical_json(training_record(spec, spec_dir=spec_dir)),
         "topology/cluster.json": canonical_json(cluster_record(plan, topology)),
+        **compiled_spec_files(spec, result.model.profiles),
     }
     configs, config_of = _deepspeed_files(spec, plan, topology)
     files.update(configs)
