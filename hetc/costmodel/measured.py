@@ -128,15 +128,18 @@ def read_run(
     """
     _check_directory(run_dir)
     folder = run_dir / "metrics"
-    found = {p.name: p for p in folder.glob("rank-*.jsonl")} if folder.is_dir() else {}
+    named = folder.glob("rank-[0-9][0-9][0-9][0-9][0-9].jsonl") if folder.is_dir() else ()
+    found = {p.name: p for p in named}
     if not found:
         raise EnvironmentProblem(
             f"{run_dir} has no metrics (metrics/rank-<r>.jsonl): no rank has finished a step",
             f"train the plan first (e.g. `hetc launch OUT --run-dir {run_dir}`), for at least"
             f" {warmup + MIN_STEPS} steps",
         )
-    expected = {f"rank-{r:05d}.jsonl": r for r in range(world_size)}
-    missing = sorted(r for name, r in expected.items() if name not in found)
+    lines = {
+        int(name[5:10]): _last_run(path, int(name[5:10]), plan_hash) for name, path in found.items()
+    }
+    missing = sorted(set(range(world_size)) - set(lines))
     if missing:
         raise RunDataError(
             f"{folder}: no metrics of rank(s) {', '.join(map(str, missing))}; the plan has"
@@ -144,13 +147,13 @@ def read_run(
             "calibrate a run in which every rank wrote to the same run directory (under Slurm,"
             " a HETC_RUN_DIR on a shared file system)",
         )
-    extra = sorted(set(found) - set(expected))
+    extra = sorted(set(lines) - set(range(world_size)))
     if extra:
         raise RunDataError(
-            f"{folder}: {', '.join(extra)} belong(s) to no rank of the plan ({world_size} ranks)",
+            f"{folder}: metrics of rank(s) {', '.join(map(str, extra))}, which the plan"
+            f" ({world_size} ranks) does not have",
             "use one run directory per run; this one holds another plan's metrics",
         )
-    lines = {r: _last_run(found[name], r, plan_hash) for name, r in expected.items()}
     usable = {r: _usable(records, warmup, cpu) for r, records in lines.items()}
     steps = sorted(set.intersection(*(set(u) for u in usable.values())))
     if len(steps) < MIN_STEPS:
