@@ -1,21 +1,24 @@
-"""Fidelity: the simulator's predictions against the runtime's measurements, on this machine.
+"""Fidelity: the simulator's predictions against the runtime's measurements, on this machine,
+before and after calibration (`hetc calibrate`).
 
 Profiles the local device for a small GPT (`hetc profile measure`), builds a set of plans for
 one node of that device (single rank, pipelines of two stages with uneven layer splits, two
 data-parallel replicas, tensor parallelism of two; microbatch sizes 1 and 2), compiles each
-with hetc's emitter, trains it with the runtime through `hetc launch`, and prints per plan the
-predicted and measured iteration time and per-rank peak memory with the error in percent,
-then the mean and the worst. Nothing is fitted to these measurements: the only input the
-predictions take from this machine is the profile.
+with hetc's emitter, trains it `--runs` times with the runtime through `hetc launch`, and
+prints per plan the measured iteration time and per-rank peak memory beside three
+predictions: before calibration (the profile alone: nothing fitted to these runs); after
+calibrating on the plan's own first run; and after calibrating on the first plan's first run
+(the same corrected profile for every plan: held out for the others). Errors are taken
+against each plan's second run (with `--runs 1`, the first: then "own run" is in-sample), and
+the summary lines give the mean and worst per prediction. The measurements are what
+`hetc calibrate` reads (`hetc.costmodel.measured`: the steps after `--warmup`, without the
+CPU memory tracker's, the middle half of each rank's, the ranks' mean; peak memory the most
+of the tracked steps).
 
 On CPU every rank runs one thread and the plans use at most as many ranks as the machine has
-cores (no oversubscription): plans of more ranks are excluded and listed. Iteration time is
-the median of the steps after `--warmup` (the steps where the CPU memory tracker runs, 0 and
-1, are excluded: its dispatch mode slows them), from the fastest of `--runs` runs: on a shared
-or virtual machine one plan's runs differ by up to 15%, and interference only slows a run.
-Peak memory is step 1's (the first step after the optimizer state exists), every live tensor
-storage counted, as `hetc.runtime.metrics` describes. Without `--gpu` the plans are CPU plans
-(a `kind: cpu` device, gloo).
+cores (no oversubscription): plans of more ranks are excluded and listed. Peak memory counts
+every live tensor storage, as `hetc.runtime.metrics` describes. Without `--gpu` the plans are
+CPU plans (a `kind: cpu` device, gloo).
 
 `--gpu DEVICE` (a catalog GPU, e.g. H100-80GB) checks the cost model on that GPU instead,
 both ways a user can run it: with a profile measured here and with the analytical model
@@ -64,6 +67,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hetc.costmodel.calibrate import Calibration, Prediction, calibrate, predict  # noqa: E402
+from hetc.costmodel.measured import RunMeasurement, read_run  # noqa: E402
 from hetc.costmodel.planning import PlanningModel, Shape  # noqa: E402
 from hetc.costmodel.simulate import read_spec_profiles, simulate  # noqa: E402
 from hetc.emit.compile import compile_output  # noqa: E402
@@ -563,6 +568,49 @@ def main() -> int:
         parser.error("--dry-run needs --gpu")
     if args.gpu:
         return gpu_main(args)
+    return cpu_main(args)
+
+
+@dataclass
+class CpuRow:
+    """One CPU plan: its plan, and what each of its runs measured."""
+
+    shape: PlanShape
+    plan: Any
+    runs: list[RunMeasurement]
+
+    @property
+    def evaluated(self) -> RunMeasurement:
+        """The run the errors are taken against: the second when there is one (the first
+        calibrates), else the first (then "own run" is in-sample)."""
+        return self.runs[1] if len(self.runs) > 1 else self.runs[0]
+
+
+def _errors(prediction: Prediction, run: RunMeasurement) -> tuple[float, list[float]]:
+    """(iteration time error %, peak memory error % per rank)."""
+    memory = [
+        _percent(p.peak_bytes, m.peak_bytes)
+        for p, m in zip(prediction.ranks, run.ranks, strict=True)
+        if m.peak_bytes is not None
+    ]
+    return _percent(prediction.iteration_time, run.iteration_time), memory
+
+
+def _line(name: str, results: list[tuple[float, list[float]]]) -> str:
+    times = [abs(t) for t, _ in results]
+    memory = [e for _, m in results for e in m]
+    return (
+        f"{name}: iteration time mean |error| {statistics.mean(times):.1f}%, worst"
+        f" {max(times):.1f}% over {len(times)} plans; peak memory mean |error|"
+        f" {statistics.mean(abs(e) for e in memory):.1f}%, worst {max(memory, key=abs):+.1f}%,"
+        f" under-predicted on {sum(e < 0 for e in memory)} of {len(memory)} ranks"
+    )
+
+
+def cpu_main(args: argparse.Namespace) -> int:
+    """The CPU plans: profile, then per plan compile, train `--runs` times, and compare the
+    predictions before calibration (the profile), after calibrating on the plan's own first
+    run, and after calibrating on the first plan's first run (held out: another plan)."""
     cores = os.cpu_count() or 1
     work = args.work or Path(tempfile.mkdtemp(prefix="hetc-fidelity-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -599,13 +647,15 @@ def main() -> int:
     chosen = [s for s in SHAPES if not args.only or s.name in args.only.split(",")]
     runnable = [s for s in chosen if s.ranks <= cores]
     excluded = [s.name for s in chosen if s.ranks > cores]
-    rows = []
+    rows: list[CpuRow] = []
+    shared: Calibration | None = None
+    results: dict[str, list[tuple[float, list[float]]]] = {}
     for shape in runnable:
         result = _proposal(spec, profiles, shape)
+        plan = result.proposals[0].plan
         compiled = compile_output(spec, result, spec_file_name="spec.yaml", spec_dir=str(work))
         out = work / f"out-{shape.name.replace(' ', '-').replace('/', '_')}"
         write_output(out, compiled.files, executable=compiled.executable, force=True)
-        cluster = json.loads((out / "topology" / "cluster.json").read_text())
         runs = []
         for attempt in range(args.runs):
             run_dir = work / f"run-{out.name[4:]}-{attempt}"
@@ -616,31 +666,52 @@ def main() -> int:
                 capture_output=True,
                 env=_env(),
             )
-            runs.append(_measured(run_dir, cluster, args.warmup))
-        seconds, peaks = min(runs, key=lambda run: run[0])
-        simulation = result.proposals[0].simulation
-        predicted_peaks = {r.key: r.memory.total for r in simulation.ranks}
-        rows.append((shape, simulation.iteration_time, seconds, predicted_peaks, peaks))
-        memory = "  ".join(
-            f"{key.split('/')[-1]} {predicted_peaks[key] / 2**20:.1f}/{peaks[key] / 2**20:.1f} MiB"
-            f" ({_percent(predicted_peaks[key], peaks[key]):+.1f}%)"
-            for key in sorted(peaks)
+            runs.append(
+                read_run(
+                    run_dir,
+                    plan_hash=compiled.topology.plan_hash,
+                    world_size=compiled.topology.world_size,
+                    warmup=args.warmup,
+                    cpu=True,
+                )
+            )
+        row = CpuRow(shape=shape, plan=plan, runs=runs)
+        rows.append(row)
+        if shared is None:
+            shared = calibrate(plan, spec, profiles, runs[0])
+        own = calibrate(plan, spec, profiles, runs[0])
+        held_out = f"after {rows[0].shape.name}'s"
+        predictions = {
+            "before": predict(plan, spec, profiles),
+            "after own run": predict(plan, spec, list(own.profiles.values())),
+            held_out: predict(plan, spec, list(shared.profiles.values())),
+        }
+        measured = row.evaluated
+        timing = "; ".join(
+            f"{name} {p.iteration_time:.4f} s"
+            f" ({_percent(p.iteration_time, measured.iteration_time):+.1f}%)"
+            for name, p in predictions.items()
         )
+        memory = "  ".join(
+            f"r{m.rank} {m.peak_bytes / 2**20:.1f}/"
+            + "/".join(f"{p.ranks[m.rank].peak_bytes / 2**20:.1f}" for p in predictions.values())
+            + " MiB"
+            for m in measured.ranks
+            if m.peak_bytes is not None
+        )
+        for name, prediction in predictions.items():
+            if not (name == held_out and row is rows[0]):  # the first plan is not held out
+                results.setdefault(name, []).append(_errors(prediction, measured))
         print(
-            f"{shape.name:14s} time predicted {simulation.iteration_time:.4f} s measured"
-            f" {seconds:.4f} s ({_percent(simulation.iteration_time, seconds):+.1f}%);"
-            f" peak memory predicted/measured: {memory}",
+            f"{shape.name:14s} time measured {measured.iteration_time:.4f} s (runs"
+            f" {', '.join(f'{r.iteration_time:.4f}' for r in runs)}), predicted {timing};"
+            f" peak memory measured/{'/'.join(predictions)}: {memory}",
             flush=True,
         )
-    time_errors = [abs(_percent(p, m)) for _, p, m, _, _ in rows]
-    memory_errors = [_percent(pp[key], mp[key]) for _, _, _, pp, mp in rows for key in mp]
-    print(
-        f"iteration time: mean |error| {statistics.mean(time_errors):.1f}%, worst"
-        f" {max(time_errors):.1f}% over {len(rows)} plans;"
-        f" peak memory: mean |error| {statistics.mean(abs(e) for e in memory_errors):.1f}%,"
-        f" worst {max(memory_errors, key=abs):+.1f}%, under-predicted on"
-        f" {sum(e < 0 for e in memory_errors)} of {len(memory_errors)} ranks"
-    )
+    evaluated = "its second run" if args.runs > 1 else "the same run (in-sample)"
+    print(f"errors against each plan's {evaluated}; calibration from each plan's first run")
+    for name, found in results.items():
+        print(_line(name, found) + (" (held out: the other plans)" if name.endswith("'s") else ""))
     if excluded:
         print(f"excluded (more ranks than the {cores} cores): {', '.join(excluded)}")
     print(f"work directory: {work}")
