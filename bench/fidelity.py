@@ -5,15 +5,16 @@ Profiles the local device for a small GPT (`hetc profile measure`), builds a set
 one node of that device (single rank, pipelines of two stages with uneven layer splits, two
 data-parallel replicas, tensor parallelism of two; microbatch sizes 1 and 2), compiles each
 with hetc's emitter, trains it `--runs` times with the runtime through `hetc launch`, and
-prints per plan the measured iteration time and per-rank peak memory beside three
-predictions: before calibration (the profile alone: nothing fitted to these runs); after
-calibrating on the plan's own first run; and after calibrating on the first plan's first run
-(the same corrected profile for every plan: held out for the others). Errors are taken
-against each plan's second run (with `--runs 1`, the first: then "own run" is in-sample), and
-the summary lines give the mean and worst per prediction. The measurements are what
-`hetc calibrate` reads (`hetc.costmodel.measured`: the steps after `--warmup`, without the
-CPU memory tracker's, the middle half of each rank's, the ranks' mean; peak memory the most
-of the tracked steps).
+prints per plan the measured iteration time and per-rank peak memory of its first run beside
+the predictions: before calibration (the profile alone: nothing fitted to these runs); after
+calibrating on that run (in-sample: what the fitted model can represent); the same corrected
+profile against the plan's second run (with `--runs 2` or more: run-to-run noise included);
+and after calibrating on another plan's first run (`--calibrate-on`, by default the first plan
+with the most ranks: held out, the test that the factors belong to the machine, not the run).
+Summary lines give the mean and worst error of each, and the run-to-run spread. The
+measurements are what `hetc calibrate` reads (`hetc.costmodel.measured`: the steps after
+`--warmup`, without the CPU memory tracker's, the middle half of each rank's, the ranks'
+mean; peak memory the most of the tracked steps).
 
 On CPU every rank runs one thread and the plans use at most as many ranks as the machine has
 cores (no oversubscription): plans of more ranks are excluded and listed. Peak memory counts
@@ -45,7 +46,8 @@ passes the checkout on to its subprocesses (ortools and deepspeed are not import
 ZeRO 0). docs/profile.md has its numbers on one H100.
 
 Usage: python bench/fidelity.py [--steps N] [--warmup N] [--runs N] [--work DIR] [--profile FILE]
-                               [--only NAMES] [--analytical] [--gpu DEVICE [--gpus N] [--dry-run]]
+                               [--only NAMES] [--calibrate-on NAME] [--analytical]
+                               [--gpu DEVICE [--gpus N] [--dry-run]]
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hetc.costmodel.calibrate import Calibration, Prediction, calibrate, predict  # noqa: E402
+from hetc.costmodel.calibrate import Prediction, calibrate, predict  # noqa: E402
 from hetc.costmodel.measured import RunMeasurement, read_run  # noqa: E402
 from hetc.costmodel.planning import PlanningModel, Shape  # noqa: E402
 from hetc.costmodel.simulate import read_spec_profiles, simulate  # noqa: E402
@@ -547,6 +549,12 @@ def main() -> int:
     )
     parser.add_argument("--only", help="comma-separated plan names to run")
     parser.add_argument(
+        "--calibrate-on",
+        metavar="NAME",
+        help="CPU: the plan whose first run calibrates the others (default: the first plan"
+        " with the most ranks)",
+    )
+    parser.add_argument(
         "--analytical", action="store_true", help="no profile: the analytical model's predictions"
     )
     parser.add_argument(
@@ -579,12 +587,6 @@ class CpuRow:
     plan: Any
     runs: list[RunMeasurement]
 
-    @property
-    def evaluated(self) -> RunMeasurement:
-        """The run the errors are taken against: the second when there is one (the first
-        calibrates), else the first (then "own run" is in-sample)."""
-        return self.runs[1] if len(self.runs) > 1 else self.runs[0]
-
 
 def _errors(prediction: Prediction, run: RunMeasurement) -> tuple[float, list[float]]:
     """(iteration time error %, peak memory error % per rank)."""
@@ -605,6 +607,25 @@ def _line(name: str, results: list[tuple[float, list[float]]]) -> str:
         f" {statistics.mean(abs(e) for e in memory):.1f}%, worst {max(memory, key=abs):+.1f}%,"
         f" under-predicted on {sum(e < 0 for e in memory)} of {len(memory)} ranks"
     )
+
+
+def _cases(
+    row: CpuRow, spec: Any, profiles: list[Any], reference: CpuRow, shared: Any
+) -> dict[str, tuple[Prediction, RunMeasurement]]:
+    """The predictions of one plan and the run each is compared with (see the docstring)."""
+    plan, first = row.plan, row.runs[0]
+    own = calibrate(plan, spec, profiles, first)
+    corrected = predict(plan, spec, list(own.profiles.values()))
+    cases = {
+        "before": (predict(plan, spec, profiles), first),
+        "after, in-sample": (corrected, first),
+    }
+    if len(row.runs) > 1:
+        cases["after, next run"] = (corrected, row.runs[1])
+    if row is not reference:
+        held_out = predict(plan, spec, list(shared.profiles.values()))
+        cases[f"after, from {reference.shape.name}"] = (held_out, first)
+    return cases
 
 
 def cpu_main(args: argparse.Namespace) -> int:
@@ -648,11 +669,8 @@ def cpu_main(args: argparse.Namespace) -> int:
     runnable = [s for s in chosen if s.ranks <= cores]
     excluded = [s.name for s in chosen if s.ranks > cores]
     rows: list[CpuRow] = []
-    shared: Calibration | None = None
-    results: dict[str, list[tuple[float, list[float]]]] = {}
     for shape in runnable:
         result = _proposal(spec, profiles, shape)
-        plan = result.proposals[0].plan
         compiled = compile_output(spec, result, spec_file_name="spec.yaml", spec_dir=str(work))
         out = work / f"out-{shape.name.replace(' ', '-').replace('/', '_')}"
         write_output(out, compiled.files, executable=compiled.executable, force=True)
@@ -675,43 +693,47 @@ def cpu_main(args: argparse.Namespace) -> int:
                     cpu=True,
                 )
             )
-        row = CpuRow(shape=shape, plan=plan, runs=runs)
-        rows.append(row)
-        if shared is None:
-            shared = calibrate(plan, spec, profiles, runs[0])
-        own = calibrate(plan, spec, profiles, runs[0])
-        held_out = f"after {rows[0].shape.name}'s"
-        predictions = {
-            "before": predict(plan, spec, profiles),
-            "after own run": predict(plan, spec, list(own.profiles.values())),
-            held_out: predict(plan, spec, list(shared.profiles.values())),
-        }
-        measured = row.evaluated
-        timing = "; ".join(
-            f"{name} {p.iteration_time:.4f} s"
-            f" ({_percent(p.iteration_time, measured.iteration_time):+.1f}%)"
-            for name, p in predictions.items()
-        )
-        memory = "  ".join(
-            f"r{m.rank} {m.peak_bytes / 2**20:.1f}/"
-            + "/".join(f"{p.ranks[m.rank].peak_bytes / 2**20:.1f}" for p in predictions.values())
-            + " MiB"
-            for m in measured.ranks
-            if m.peak_bytes is not None
-        )
-        for name, prediction in predictions.items():
-            if not (name == held_out and row is rows[0]):  # the first plan is not held out
-                results.setdefault(name, []).append(_errors(prediction, measured))
+        rows.append(CpuRow(shape=shape, plan=result.proposals[0].plan, runs=runs))
         print(
-            f"{shape.name:14s} time measured {measured.iteration_time:.4f} s (runs"
-            f" {', '.join(f'{r.iteration_time:.4f}' for r in runs)}), predicted {timing};"
-            f" peak memory measured/{'/'.join(predictions)}: {memory}",
+            f"{shape.name:14s} ran: {', '.join(f'{r.iteration_time:.4f} s' for r in runs)}",
             flush=True,
         )
-    evaluated = "its second run" if args.runs > 1 else "the same run (in-sample)"
-    print(f"errors against each plan's {evaluated}; calibration from each plan's first run")
+    named = [r for r in rows if r.shape.name == args.calibrate_on]
+    reference = (named or sorted(rows, key=lambda r: -r.shape.ranks))[0]
+    shared = calibrate(reference.plan, spec, profiles, reference.runs[0])
+    results: dict[str, list[tuple[float, list[float]]]] = {}
+    for row in rows:
+        cases = _cases(row, spec, profiles, reference, shared)
+        cells = []
+        for name, (prediction, run) in cases.items():
+            error = _errors(prediction, run)
+            results.setdefault(name, []).append(error)
+            cells.append(f"{name} {prediction.iteration_time:.4f} s ({error[0]:+.1f}%)")
+        before, _ = cases["before"]
+        after, first = cases["after, in-sample"]
+        memory = "  ".join(
+            f"r{m.rank} {m.peak_bytes / 2**20:.1f}/{before.ranks[m.rank].peak_bytes / 2**20:.1f}/"
+            f"{after.ranks[m.rank].peak_bytes / 2**20:.1f} MiB"
+            for m in first.ranks
+            if m.peak_bytes is not None
+        )
+        print(
+            f"{row.shape.name:14s} time measured {first.iteration_time:.4f} s, predicted"
+            f" {'; '.join(cells)}; peak memory measured/before/after: {memory}",
+            flush=True,
+        )
+    spreads = [
+        abs(_percent(r.runs[1].iteration_time, r.runs[0].iteration_time))
+        for r in rows
+        if len(r.runs) > 1
+    ]
+    if spreads:
+        print(
+            f"run to run (the second run against the first): mean {statistics.mean(spreads):.1f}%,"
+            f" worst {max(spreads):.1f}%"
+        )
     for name, found in results.items():
-        print(_line(name, found) + (" (held out: the other plans)" if name.endswith("'s") else ""))
+        print(_line(name, found))
     if excluded:
         print(f"excluded (more ranks than the {cores} cores): {', '.join(excluded)}")
     print(f"work directory: {work}")

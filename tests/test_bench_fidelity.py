@@ -40,8 +40,8 @@ def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     row = re.search(
-        r"P2 3/1 mbs1 +time measured ([\d.]+) s \(runs [\d.]+\), predicted"
-        r" before ([\d.]+) s \(([+-][\d.]+)%\); after own run ([\d.]+) s \(([+-][\d.]+)%\)",
+        r"P2 3/1 mbs1 +time measured ([\d.]+) s, predicted"
+        r" before ([\d.]+) s \(([+-][\d.]+)%\); after, in-sample ([\d.]+) s \(([+-][\d.]+)%\)",
         done.stdout,
     )
     assert row is not None, done.stdout
@@ -50,7 +50,7 @@ def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
     assert before_error == pytest.approx(100 * (before - measured) / measured, abs=0.1)
     assert after_error == pytest.approx(100 * (after - measured) / measured, abs=0.1)
     assert re.search(r"^before: iteration time .* over 1 plans", done.stdout, re.M)
-    assert re.search(r"^after own run: iteration time .* over 1 plans", done.stdout, re.M)
+    assert re.search(r"^after, in-sample: iteration time .* over 1 plans", done.stdout, re.M)
     assert "profile.json" in (tmp_path / "spec.yaml").read_text()
     assert (tmp_path / "profile.json").exists()
 

@@ -374,7 +374,7 @@ def _table(comparison: dict[str, Any]) -> list[str]:
     ]
 
 
-def _summary(comparison: dict[str, Any]) -> str:
+def _summary(comparison: dict[str, Any]) -> list[str]:
     parts = []
     for when in ("before", "after"):
         whole = comparison["iteration_time"]["measured"]
@@ -395,7 +395,7 @@ def _summary(comparison: dict[str, Any]) -> str:
             f" {statistics.fmean(errors):.1f}% of the iteration, peak memory under-predicted"
             f" on {under} rank(s)"
         )
-    return "; ".join(parts)
+    return parts
 
 
 def _text(report: dict[str, Any]) -> list[str]:
@@ -404,7 +404,7 @@ def _text(report: dict[str, Any]) -> list[str]:
         f" {report['steps'][0]}..{report['steps'][-1]} used ({len(report['steps'])}); a"
         " section's error is in % of the measured iteration time",
         *_table(report),
-        _summary(report),
+        *_summary(report),
         "factors:",
     ]
     factors = report["factors"]
@@ -421,6 +421,6 @@ def _text(report: dict[str, Any]) -> list[str]:
         lines += [
             f"held out: run {check['run']} of plan {check['plan_hash'][:12]}",
             *_table(check),
-            _summary(check),
+            *_summary(check),
         ]
     return lines
