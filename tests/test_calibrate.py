@@ -206,3 +206,31 @@ def test_scaling_a_profile_keeps_its_curves_and_measured_points() -> None:
         assert new.curve()(size) == pytest.approx(old.curve()(size), rel=1e-12)
     assert out.network["intra_node"]["p2p"] == base.network["intra_node"]["p2p"]
     assert math.isclose(out.memory[1][2].weight_bytes, base.memory[1][2].weight_bytes)
+
+
+def test_a_stage_that_waits_inside_a_collective_does_not_slow_the_link() -> None:
+    """Two uneven stages with a tied embedding: the light stage reaches the tied sum first and
+    measures its wait for the heavy one as communication (the simulator has it idle). Only the
+    stage that ends the iteration fits the link, so the true factor comes back; counting the
+    wait would have fitted a slower link (mutation check: without the restriction to the last
+    stage, the factor found is below 0.5)."""
+    spec = make_spec()
+    base = measured_profile(spec)
+    plan = fixed_plan(spec, [base], (0, 3, 4), 1, 1)
+    truth = scaled(base, links={("intra_node", "p2p"): 0.5})
+    run = true_run(plan, spec, [truth])
+    predicted = predict(plan, spec, [truth])
+    assert [p.last for p in predicted.ranks] == [True, False]
+    wait = 0.3 * predicted.ranks[1].idle
+    light = run.ranks[1]
+    waited = type(light)(
+        **{
+            **_fields(light),
+            "communication": light.communication + wait,
+            "idle": light.idle - wait,
+        }
+    )
+    run = type(run)(**{**_fields(run), "ranks": (run.ranks[0], waited)})
+    result = calibrate(plan, spec, [base], run)
+    assert _link(result)[2] == pytest.approx(0.5, rel=1e-9)
+    assert result.after.iteration_time == pytest.approx(run.iteration_time, rel=1e-9)

@@ -35,7 +35,10 @@ The factors, fitted in this order:
    ranks are those whose predicted communication moves when it moves; knobs that move the same
    ranks cannot be told apart and share one factor (a link class). Each class's factor makes
    its ranks' predicted communication sum to what they measured (bisection; the prediction
-   falls as bandwidth grows), the classes in turn until none moves;
+   falls as bandwidth grows), the classes in turn until none moves. Only the class's ranks in
+   a stage that ends the iteration count, where it has any: a collective between stages (the
+   tied embedding's sum) is reached first by the stage that finishes first, which measures its
+   wait for the other as communication, where the simulator has it idle;
 3. per device, an activation-memory scale, only upward: the least factor >= 1 on the
    profile's measured `activation_bytes` that predicts every rank of the device at or above
    its measured peak. Memory is never corrected downward: an over-prediction costs a plan
@@ -90,6 +93,9 @@ class RankPrediction:
     communication: float
     idle: float
     peak_bytes: float
+    last: bool
+    """Whether the rank's stage is one that ends the iteration: in a collective it waits for
+    no other stage, so what it measures there is the transfer alone."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -141,8 +147,9 @@ def predict(plan: Plan, spec: Spec, profiles: Sequence[LayerProfile]) -> Predict
             for p, path in enumerate(plan.pipelines)
             if path.replicas[process.stage] == process.replica
         ]
-        passes = sync = update = 0.0
+        passes = sync = update = end = 0.0
         for p in paths:
+            end = max(end, timeline.busy[p, process.stage][-1].end)
             for interval in timeline.busy[p, process.stage]:
                 length = interval.end - interval.start
                 if interval.what == "sync":
@@ -163,6 +170,7 @@ def predict(plan: Plan, spec: Spec, profiles: Sequence[LayerProfile]) -> Predict
                 communication=sync + (update if engine else 0.0),
                 idle=max(0.0, total - passes - sync - update),
                 peak_bytes=report.memory.total - report.memory.overhead,
+                last=end >= total * (1 - SAME),
             )
         )
     return Prediction(iteration_time=total, ranks=tuple(ranks))
@@ -411,11 +419,16 @@ def _fit_links(
     classes: list[tuple[tuple[Knob, ...], tuple[int, ...]]],
     notes: list[str],
 ) -> None:
-    """Each class in turn, until no factor moves by more than `SAME` (a few rounds)."""
+    """Each class in turn, until no factor moves by more than `SAME` (a few rounds). A class
+    is fitted to those of its ranks whose stage ends the iteration, where there are any: a
+    stage that finishes earlier waits inside the collective for the last one, and the
+    simulator books that wait as its idle time, not as the link's."""
     bounds = (1e-4, 1e4)
     for _round in range(50):
         moved = 0.0
-        for knobs, ranks in classes:
+        last = {p.rank for p in fit.predict().ranks if p.last}
+        for knobs, members in classes:
+            ranks = tuple(r for r in members if r in last) or members
             want = sum(run.ranks[r].communication for r in ranks)
 
             def excess(
