@@ -11,7 +11,8 @@ calibrating on that run (in-sample: what the fitted model can represent); the sa
 profile against the plan's second run (with `--runs 2` or more: run-to-run noise included);
 and after calibrating on another plan's first run (`--calibrate-on`, by default the first plan
 with the most ranks: held out, the test that the factors belong to the machine, not the run).
-Summary lines give the mean and worst error of each, and the run-to-run spread. The
+Summary lines give the mean and worst error of each, and the run-to-run spread
+(`--reuse-runs` analyses the runs already in `--work` again, without training). The
 measurements are what `hetc calibrate` reads (`hetc.costmodel.measured`: the steps after
 `--warmup`, without the CPU memory tracker's, the middle half of each rank's, the ranks'
 mean; peak memory the most of the tracked steps).
@@ -46,7 +47,7 @@ passes the checkout on to its subprocesses (ortools and deepspeed are not import
 ZeRO 0). docs/profile.md has its numbers on one H100.
 
 Usage: python bench/fidelity.py [--steps N] [--warmup N] [--runs N] [--work DIR] [--profile FILE]
-                               [--only NAMES] [--calibrate-on NAME] [--analytical]
+                               [--only NAMES] [--calibrate-on NAME] [--reuse-runs] [--analytical]
                                [--gpu DEVICE [--gpus N] [--dry-run]]
 """
 
@@ -549,6 +550,11 @@ def main() -> int:
     )
     parser.add_argument("--only", help="comma-separated plan names to run")
     parser.add_argument(
+        "--reuse-runs",
+        action="store_true",
+        help="CPU: analyse the runs (and profile) already in --work instead of training again",
+    )
+    parser.add_argument(
         "--calibrate-on",
         metavar="NAME",
         help="CPU: the plan whose first run calibrates the others (default: the first plan"
@@ -574,6 +580,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.dry_run and not args.gpu:
         parser.error("--dry-run needs --gpu")
+    if args.reuse_runs and (args.gpu or args.work is None):
+        parser.error("--reuse-runs needs --work and no --gpu")
     if args.gpu:
         return gpu_main(args)
     return cpu_main(args)
@@ -638,7 +646,7 @@ def cpu_main(args: argparse.Namespace) -> int:
     devices = min(cores, 2)
     spec_path = work / "spec.yaml"
     profile_path = work / "profile.json"
-    if args.analytical:
+    if args.analytical or (args.reuse_runs and profile_path.exists()):
         pass
     elif args.profile is not None:
         shutil.copyfile(args.profile, profile_path)
@@ -677,13 +685,14 @@ def cpu_main(args: argparse.Namespace) -> int:
         runs = []
         for attempt in range(args.runs):
             run_dir = work / f"run-{out.name[4:]}-{attempt}"
-            shutil.rmtree(run_dir, ignore_errors=True)
-            subprocess.run(
-                [*_hetc(), "launch", str(out), "--run-dir", str(run_dir), "--timeout", "900"],
-                check=True,
-                capture_output=True,
-                env=_env(),
-            )
+            if not (args.reuse_runs and (run_dir / "metrics").is_dir()):
+                shutil.rmtree(run_dir, ignore_errors=True)
+                subprocess.run(
+                    [*_hetc(), "launch", str(out), "--run-dir", str(run_dir), "--timeout", "900"],
+                    check=True,
+                    capture_output=True,
+                    env=_env(),
+                )
             runs.append(
                 read_run(
                     run_dir,
