@@ -25,11 +25,13 @@ from calibration_runs import (
 from typer.testing import CliRunner
 
 from hetc.cli import app
-from hetc.costmodel.calibrate import predict, scaled
+from hetc.costmodel.calibrate import analytical_profile, predict, scaled
 from hetc.costmodel.compiled import compiled_spec_files, read_compiled_spec
+from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.costmodel.profile import read_profile, write_profile
 from hetc.plan import plan_from_json, plan_to_json
-from hetc.schema import check_file, spec_hash
+from hetc.schema import check_file, check_text, spec_hash
+from hetc.solver.build import build_plan
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,3 +288,61 @@ def test_out_overrides_the_recorded_output(compiled: Path, tmp_path: Path) -> No
     (copy / "plan.json").write_text(plan_to_json(other))
     code, output = _calibrate(str(run), "--out", str(copy))
     assert code == 1 and "is of plan" in output, output
+
+
+TWO_DEVICES = """version: 1
+name: two-cpus
+model:
+  architecture: {layers: 4, hidden: 64, heads: 4, ffn: 256, vocab: 512, max_positions: 128}
+training:
+  {global_batch_size: 8, seq_len: 64, precision: fp32, optimizer: {type: adamw}, zero_stage: 0}
+devices:
+  - {name: CPU-A, kind: cpu, memory: 2GiB, peak_tflops: {fp32: 0.05}, memory_bandwidth: 10GB/s,
+     intra_node: {kind: shared-memory, bandwidth: 5GB/s}, price: 0 USD/h, source: "a test device"}
+  - {name: CPU-B, kind: cpu, memory: 2GiB, peak_tflops: {fp32: 0.02}, memory_bandwidth: 5GB/s,
+     intra_node: {kind: shared-memory, bandwidth: 5GB/s}, price: 0 USD/h, source: "a test device"}
+zones:
+  - name: localhost
+    pools:
+      - {device: CPU-A, quota: 2, gpus_per_node: 2}
+      - {device: CPU-B, quota: 2, gpus_per_node: 2}
+"""
+
+
+def test_each_device_of_a_heterogeneous_plan_gets_its_own_scale(tmp_path: Path) -> None:
+    """Two stages on two device types (analytical), the run made with one 1.5x and the other
+    0.8x slower: each device's compute scale comes back; `-o FILE` is refused for two devices
+    (exit 2, nothing written), `-o DIR` writes one profile each."""
+    spec = check_text(TWO_DEVICES).spec
+    assert spec is not None
+    model = PlanningModel(spec)
+    a, b = (
+        next(k.index for k in model.kinds if k.device == d and k.tp == 1)
+        for d in ("CPU-A", "CPU-B")
+    )
+    plan = build_plan(
+        model, Shape(2, (0, 2, 4), 1), (((a, 1),), ((b, 1),)), spec_hash=spec_hash(spec)
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.json").write_text(plan_to_json(plan))
+    for name, data in compiled_spec_files(spec, []).items():
+        (out / name).write_bytes(data)
+    truth = [
+        scaled(analytical_profile(spec, "CPU-A", plan), compute=1.5),
+        scaled(analytical_profile(spec, "CPU-B", plan), compute=0.8),
+    ]
+    write_run(tmp_path / "run", out, true_run(plan, spec, truth))
+    code, output = _calibrate(str(tmp_path / "run"), "-o", str(tmp_path / "one.json"))
+    assert code == 2 and "uses 2 devices (CPU-A, CPU-B)" in output, output
+    assert not (tmp_path / "one.json").exists()
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    code, output = _calibrate(str(tmp_path / "run"), "-o", str(folder), "--json")
+    assert code == 0, output
+    compute = json.loads(output[output.index("{") :])["factors"]["compute"]
+    assert compute == {
+        "CPU-A": pytest.approx(1.5, rel=1e-12),
+        "CPU-B": pytest.approx(0.8, rel=1e-12),
+    }
+    assert sorted(p.name for p in folder.iterdir()) == ["custom--cpu-a.json", "custom--cpu-b.json"]

@@ -105,7 +105,8 @@ def run_calibrate_command(
         for device, path in targets.items():
             echo(
                 f"hetc: wrote {path} ({device}): plan with it by `hetc compile SPEC --profile"
-                f" {path}`, or name it in the spec's `profiles:`",
+                f" {path}` (where the spec lists a profile of {device} under `profiles:`, list"
+                " this one there instead)",
                 err=True,
             )
     return 0
