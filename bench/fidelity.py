@@ -1,21 +1,26 @@
-"""Fidelity: the simulator's predictions against the runtime's measurements, on this machine.
+"""Fidelity: the simulator's predictions against the runtime's measurements, on this machine,
+before and after calibration (`hetc calibrate`).
 
 Profiles the local device for a small GPT (`hetc profile measure`), builds a set of plans for
 one node of that device (single rank, pipelines of two stages with uneven layer splits, two
 data-parallel replicas, tensor parallelism of two; microbatch sizes 1 and 2), compiles each
-with hetc's emitter, trains it with the runtime through `hetc launch`, and prints per plan the
-predicted and measured iteration time and per-rank peak memory with the error in percent,
-then the mean and the worst. Nothing is fitted to these measurements: the only input the
-predictions take from this machine is the profile.
+with hetc's emitter, trains it `--runs` times with the runtime through `hetc launch`, and
+prints per plan the measured iteration time and per-rank peak memory of its first run beside
+the predictions: before calibration (the profile alone: nothing fitted to these runs); after
+calibrating on that run (in-sample: what the fitted model can represent); the same corrected
+profile against the plan's second run (with `--runs 2` or more: run-to-run noise included);
+and after calibrating on another plan's first run (`--calibrate-on`, by default the first plan
+with the most ranks: held out, the test that the factors belong to the machine, not the run).
+Summary lines give the mean and worst error of each, and the run-to-run spread
+(`--reuse-runs` analyses the runs already in `--work` again, without training). The
+measurements are what `hetc calibrate` reads (`hetc.costmodel.measured`: the steps after
+`--warmup`, without the CPU memory tracker's, the middle half of each rank's, the ranks'
+mean; peak memory the most of the tracked steps).
 
 On CPU every rank runs one thread and the plans use at most as many ranks as the machine has
-cores (no oversubscription): plans of more ranks are excluded and listed. Iteration time is
-the median of the steps after `--warmup` (the steps where the CPU memory tracker runs, 0 and
-1, are excluded: its dispatch mode slows them), from the fastest of `--runs` runs: on a shared
-or virtual machine one plan's runs differ by up to 15%, and interference only slows a run.
-Peak memory is step 1's (the first step after the optimizer state exists), every live tensor
-storage counted, as `hetc.runtime.metrics` describes. Without `--gpu` the plans are CPU plans
-(a `kind: cpu` device, gloo).
+cores (no oversubscription): plans of more ranks are excluded and listed. Peak memory counts
+every live tensor storage, as `hetc.runtime.metrics` describes. Without `--gpu` the plans are
+CPU plans (a `kind: cpu` device, gloo).
 
 `--gpu DEVICE` (a catalog GPU, e.g. H100-80GB) checks the cost model on that GPU instead,
 both ways a user can run it: with a profile measured here and with the analytical model
@@ -42,7 +47,8 @@ passes the checkout on to its subprocesses (ortools and deepspeed are not import
 ZeRO 0). docs/profile.md has its numbers on one H100.
 
 Usage: python bench/fidelity.py [--steps N] [--warmup N] [--runs N] [--work DIR] [--profile FILE]
-                               [--only NAMES] [--analytical] [--gpu DEVICE [--gpus N] [--dry-run]]
+                               [--only NAMES] [--calibrate-on NAME] [--reuse-runs] [--analytical]
+                               [--gpu DEVICE [--gpus N] [--dry-run]]
 """
 
 from __future__ import annotations
@@ -64,6 +70,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from hetc.costmodel.calibrate import Prediction, calibrate, predict  # noqa: E402
+from hetc.costmodel.measured import RunMeasurement, read_run  # noqa: E402
 from hetc.costmodel.planning import PlanningModel, Shape  # noqa: E402
 from hetc.costmodel.simulate import read_spec_profiles, simulate  # noqa: E402
 from hetc.emit.compile import compile_output  # noqa: E402
@@ -542,6 +550,17 @@ def main() -> int:
     )
     parser.add_argument("--only", help="comma-separated plan names to run")
     parser.add_argument(
+        "--reuse-runs",
+        action="store_true",
+        help="CPU: analyse the runs (and profile) already in --work instead of training again",
+    )
+    parser.add_argument(
+        "--calibrate-on",
+        metavar="NAME",
+        help="CPU: the plan whose first run calibrates the others (default: the first plan"
+        " with the most ranks)",
+    )
+    parser.add_argument(
         "--analytical", action="store_true", help="no profile: the analytical model's predictions"
     )
     parser.add_argument(
@@ -561,15 +580,73 @@ def main() -> int:
     args = parser.parse_args()
     if args.dry_run and not args.gpu:
         parser.error("--dry-run needs --gpu")
+    if args.reuse_runs and (args.gpu or args.work is None):
+        parser.error("--reuse-runs needs --work and no --gpu")
     if args.gpu:
         return gpu_main(args)
+    return cpu_main(args)
+
+
+@dataclass
+class CpuRow:
+    """One CPU plan: its plan, and what each of its runs measured."""
+
+    shape: PlanShape
+    plan: Any
+    runs: list[RunMeasurement]
+
+
+def _errors(prediction: Prediction, run: RunMeasurement) -> tuple[float, list[float]]:
+    """(iteration time error %, peak memory error % per rank)."""
+    memory = [
+        _percent(p.peak_bytes, m.peak_bytes)
+        for p, m in zip(prediction.ranks, run.ranks, strict=True)
+        if m.peak_bytes is not None
+    ]
+    return _percent(prediction.iteration_time, run.iteration_time), memory
+
+
+def _line(name: str, results: list[tuple[float, list[float]]]) -> str:
+    times = [abs(t) for t, _ in results]
+    memory = [e for _, m in results for e in m]
+    return (
+        f"{name}: iteration time mean |error| {statistics.mean(times):.1f}%, worst"
+        f" {max(times):.1f}% over {len(times)} plans; peak memory mean |error|"
+        f" {statistics.mean(abs(e) for e in memory):.1f}%, worst {max(memory, key=abs):+.1f}%,"
+        f" under-predicted on {sum(e < 0 for e in memory)} of {len(memory)} ranks"
+    )
+
+
+def _cases(
+    row: CpuRow, spec: Any, profiles: list[Any], reference: CpuRow, shared: Any
+) -> dict[str, tuple[Prediction, RunMeasurement]]:
+    """The predictions of one plan and the run each is compared with (see the docstring)."""
+    plan, first = row.plan, row.runs[0]
+    own = calibrate(plan, spec, profiles, first)
+    corrected = predict(plan, spec, list(own.profiles.values()))
+    cases = {
+        "before": (predict(plan, spec, profiles), first),
+        "after, in-sample": (corrected, first),
+    }
+    if len(row.runs) > 1:
+        cases["after, next run"] = (corrected, row.runs[1])
+    if row is not reference:
+        held_out = predict(plan, spec, list(shared.profiles.values()))
+        cases[f"after, from {reference.shape.name}"] = (held_out, first)
+    return cases
+
+
+def cpu_main(args: argparse.Namespace) -> int:
+    """The CPU plans: profile, then per plan compile, train `--runs` times, and compare the
+    predictions before calibration (the profile), after calibrating on the plan's own first
+    run, and after calibrating on the first plan's first run (held out: another plan)."""
     cores = os.cpu_count() or 1
     work = args.work or Path(tempfile.mkdtemp(prefix="hetc-fidelity-"))
     work.mkdir(parents=True, exist_ok=True)
     devices = min(cores, 2)
     spec_path = work / "spec.yaml"
     profile_path = work / "profile.json"
-    if args.analytical:
+    if args.analytical or (args.reuse_runs and profile_path.exists()):
         pass
     elif args.profile is not None:
         shutil.copyfile(args.profile, profile_path)
@@ -599,48 +676,73 @@ def main() -> int:
     chosen = [s for s in SHAPES if not args.only or s.name in args.only.split(",")]
     runnable = [s for s in chosen if s.ranks <= cores]
     excluded = [s.name for s in chosen if s.ranks > cores]
-    rows = []
+    rows: list[CpuRow] = []
     for shape in runnable:
         result = _proposal(spec, profiles, shape)
         compiled = compile_output(spec, result, spec_file_name="spec.yaml", spec_dir=str(work))
         out = work / f"out-{shape.name.replace(' ', '-').replace('/', '_')}"
         write_output(out, compiled.files, executable=compiled.executable, force=True)
-        cluster = json.loads((out / "topology" / "cluster.json").read_text())
         runs = []
         for attempt in range(args.runs):
             run_dir = work / f"run-{out.name[4:]}-{attempt}"
-            shutil.rmtree(run_dir, ignore_errors=True)
-            subprocess.run(
-                [*_hetc(), "launch", str(out), "--run-dir", str(run_dir), "--timeout", "900"],
-                check=True,
-                capture_output=True,
-                env=_env(),
+            if not (args.reuse_runs and (run_dir / "metrics").is_dir()):
+                shutil.rmtree(run_dir, ignore_errors=True)
+                subprocess.run(
+                    [*_hetc(), "launch", str(out), "--run-dir", str(run_dir), "--timeout", "900"],
+                    check=True,
+                    capture_output=True,
+                    env=_env(),
+                )
+            runs.append(
+                read_run(
+                    run_dir,
+                    plan_hash=compiled.topology.plan_hash,
+                    world_size=compiled.topology.world_size,
+                    warmup=args.warmup,
+                    cpu=True,
+                )
             )
-            runs.append(_measured(run_dir, cluster, args.warmup))
-        seconds, peaks = min(runs, key=lambda run: run[0])
-        simulation = result.proposals[0].simulation
-        predicted_peaks = {r.key: r.memory.total for r in simulation.ranks}
-        rows.append((shape, simulation.iteration_time, seconds, predicted_peaks, peaks))
-        memory = "  ".join(
-            f"{key.split('/')[-1]} {predicted_peaks[key] / 2**20:.1f}/{peaks[key] / 2**20:.1f} MiB"
-            f" ({_percent(predicted_peaks[key], peaks[key]):+.1f}%)"
-            for key in sorted(peaks)
-        )
+        rows.append(CpuRow(shape=shape, plan=result.proposals[0].plan, runs=runs))
         print(
-            f"{shape.name:14s} time predicted {simulation.iteration_time:.4f} s measured"
-            f" {seconds:.4f} s ({_percent(simulation.iteration_time, seconds):+.1f}%);"
-            f" peak memory predicted/measured: {memory}",
+            f"{shape.name:14s} ran: {', '.join(f'{r.iteration_time:.4f} s' for r in runs)}",
             flush=True,
         )
-    time_errors = [abs(_percent(p, m)) for _, p, m, _, _ in rows]
-    memory_errors = [_percent(pp[key], mp[key]) for _, _, _, pp, mp in rows for key in mp]
-    print(
-        f"iteration time: mean |error| {statistics.mean(time_errors):.1f}%, worst"
-        f" {max(time_errors):.1f}% over {len(rows)} plans;"
-        f" peak memory: mean |error| {statistics.mean(abs(e) for e in memory_errors):.1f}%,"
-        f" worst {max(memory_errors, key=abs):+.1f}%, under-predicted on"
-        f" {sum(e < 0 for e in memory_errors)} of {len(memory_errors)} ranks"
-    )
+    named = [r for r in rows if r.shape.name == args.calibrate_on]
+    reference = (named or sorted(rows, key=lambda r: -r.shape.ranks))[0]
+    shared = calibrate(reference.plan, spec, profiles, reference.runs[0])
+    results: dict[str, list[tuple[float, list[float]]]] = {}
+    for row in rows:
+        cases = _cases(row, spec, profiles, reference, shared)
+        cells = []
+        for name, (prediction, run) in cases.items():
+            error = _errors(prediction, run)
+            results.setdefault(name, []).append(error)
+            cells.append(f"{name} {prediction.iteration_time:.4f} s ({error[0]:+.1f}%)")
+        before, _ = cases["before"]
+        after, first = cases["after, in-sample"]
+        memory = "  ".join(
+            f"r{m.rank} {m.peak_bytes / 2**20:.1f}/{before.ranks[m.rank].peak_bytes / 2**20:.1f}/"
+            f"{after.ranks[m.rank].peak_bytes / 2**20:.1f} MiB"
+            for m in first.ranks
+            if m.peak_bytes is not None
+        )
+        print(
+            f"{row.shape.name:14s} time measured {first.iteration_time:.4f} s, predicted"
+            f" {'; '.join(cells)}; peak memory measured/before/after: {memory}",
+            flush=True,
+        )
+    spreads = [
+        abs(_percent(r.runs[1].iteration_time, r.runs[0].iteration_time))
+        for r in rows
+        if len(r.runs) > 1
+    ]
+    if spreads:
+        print(
+            f"run to run (the second run against the first): mean {statistics.mean(spreads):.1f}%,"
+            f" worst {max(spreads):.1f}%"
+        )
+    for name, found in results.items():
+        print(_line(name, found))
     if excluded:
         print(f"excluded (more ranks than the {cores} cores): {', '.join(excluded)}")
     print(f"work directory: {work}")

@@ -318,6 +318,62 @@ def launch(
         raise typer.Exit(code)
 
 
+@app.command()
+@_guarded
+def calibrate(
+    run_dir: Annotated[
+        Path, typer.Argument(help="The run's HETC_RUN_DIR (metrics/ and startup/ records).")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="The corrected profile (a folder: one per device). Without it: report only.",
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="The compiled output the run ran (default: as recorded)."),
+    ] = None,
+    spec: Annotated[
+        Path | None,
+        typer.Option("--spec", help="The spec, instead of the output's spec.json."),
+    ] = None,
+    profile: Annotated[
+        list[Path] | None,
+        typer.Option("--profile", help="The profile to correct for its device (repeatable)."),
+    ] = None,
+    warmup: Annotated[
+        int, typer.Option("--warmup", min=0, help="Steps of each run left out at its start.")
+    ] = 3,
+    check: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--check", help="A run of another plan of the spec to predict (held out; repeatable)."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Fit the cost model to a short run: compare it rank by rank with the prediction, write
+    a corrected profile, show the errors before and after."""
+    from hetc.costmodel.calibrate_command import run_calibrate_command
+
+    code = run_calibrate_command(
+        run_dir,
+        output=output,
+        out_dir=out_dir,
+        spec_file=spec,
+        profile_files=profile or (),
+        warmup=warmup,
+        checks=check or (),
+        as_json=as_json,
+        echo=typer.echo,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
 profile_app = typer.Typer(
     no_args_is_help=True,
     help="Measure a device's per-layer times, memory and bandwidths, or import published ones.",

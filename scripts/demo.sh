@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install hetc on a fresh machine, compile a bundled example spec into demo-out/ (plan,
 # topology, DeepSpeed configs, launch scripts, report), then train the bundled CPU example for a
-# few steps on this machine (hetc launch).
+# few steps on this machine (hetc launch) and calibrate the cost model on that run.
 # Usage: bash scripts/demo.sh [example spec]   (default: examples/gptneo-a100-v100.yaml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +31,9 @@ echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-t
 .venv/bin/pip install -q --disable-pip-version-check -e ".[runtime]"
 .venv/bin/hetc compile examples/local-cpu.yaml -o demo-train
 .venv/bin/hetc launch demo-train --run-dir demo-train-run 2>&1 | grep -E "hetc-runtime: (rank|step)|^hetc:"
+echo
+echo "+ hetc calibrate demo-train-run -o demo-train-run/local-cpu.json   # the cost model fitted to the run"
+.venv/bin/hetc calibrate demo-train-run -o demo-train-run/local-cpu.json | grep -E "^(iteration time|before|after|factors|  )"
 
 # What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
 broken=$(mktemp --suffix=.yaml)

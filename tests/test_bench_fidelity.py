@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
-    """One two-stage plan, a few steps: the row has both numbers and an error, the profile it
-    measured is the one the spec lists, and the summary counts the plan."""
+    """One two-stage plan, a few steps: the row has the measured time and the predictions
+    before and after calibrating on the run (in-sample with one run), each with its error; the
+    profile it measured is the one the spec lists; the summaries count the plan."""
     done = subprocess.run(
         [
             sys.executable,
@@ -25,7 +26,7 @@ def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
             "--only",
             "P2 3/1 mbs1",
             "--steps",
-            "4",
+            "6",
             "--warmup",
             "2",
             "--runs",
@@ -39,14 +40,17 @@ def test_fidelity_bench_prints_predicted_and_measured(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     row = re.search(
-        r"P2 3/1 mbs1 +time predicted ([\d.]+) s measured ([\d.]+) s \(([+-][\d.]+)%\)",
+        r"P2 3/1 mbs1 +time measured ([\d.]+) s, predicted"
+        r" before ([\d.]+) s \(([+-][\d.]+)%\); after, in-sample ([\d.]+) s \(([+-][\d.]+)%\)",
         done.stdout,
     )
     assert row is not None, done.stdout
-    predicted, measured, error = (float(g) for g in row.groups())
-    assert predicted > 0 and measured > 0
-    assert error == pytest.approx(100 * (predicted - measured) / measured, abs=0.1)
-    assert "over 1 plans" in done.stdout
+    measured, before, before_error, after, after_error = (float(g) for g in row.groups())
+    assert measured > 0 and before > 0 and after > 0
+    assert before_error == pytest.approx(100 * (before - measured) / measured, abs=0.1)
+    assert after_error == pytest.approx(100 * (after - measured) / measured, abs=0.1)
+    assert re.search(r"^before: iteration time .* over 1 plans", done.stdout, re.M)
+    assert re.search(r"^after, in-sample: iteration time .* over 1 plans", done.stdout, re.M)
     assert "profile.json" in (tmp_path / "spec.yaml").read_text()
     assert (tmp_path / "profile.json").exists()
 

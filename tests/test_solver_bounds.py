@@ -413,9 +413,9 @@ def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None
     `_least_send`, so its fill F, its straggler S and (with its sync) its objective are at
     least `_period_terms`' fill, static floor and each line a D + b, and the shape bound.
     The oracle is every candidate the brute force enumerates, timed by the model; the floors
-    must also come close to some candidate (the fill meets one; the static floor within 5%,
-    the lines within 5% on one pool and 15% elsewhere), or a floor raised by one send too
-    many would pass unseen."""
+    must also come close to some candidate (the fill within 0.1% of one, far under one send;
+    the static floor within 5%, the lines within 5% on one pool and 15% elsewhere), or a
+    floor raised by one send too many would pass unseen."""
     spec = SENDS_CASES[name]
     model = PlanningModel(spec)
     searcher = _Search(model, SearchOptions())
@@ -441,7 +441,7 @@ def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None
             closest["line"] = min(closest["line"], straggler / line)
         value = estimate.iteration_time if spec.objective == "max_throughput" else estimate.cost
         assert searcher.shape_bounds(mbs, stages, dp, dp)[0] <= value * (1 + 1e-12)
-    assert closest["fill"] < 1 + 1e-9 and closest["static"] < 1.05, closest
+    assert closest["fill"] < 1 + 1e-3 and closest["static"] < 1.05, closest
     assert closest["line"] < (1.05 if name in ("one TP-1 pool", "cheapest") else 1.15), closest
 
 

@@ -115,7 +115,7 @@ class LinkPricer:
             size, fit = found
             scale = float(devices) if collective == "all_reduce" else 1.0
             return Hop(
-                link=LinkClass(bandwidth=fit.peak, latency=0.0),
+                link=LinkClass(bandwidth=fit.peak, latency=fit.latency),
                 curve=fit.curve(scale),
                 nic=math.inf,
                 source=f"measured {profile.source}: intra_node.{collective}[{size}]",
@@ -183,7 +183,7 @@ class LinkPricer:
 
 def _measured_hop(share: float, fit: BandwidthFit, where: str) -> Hop:
     return Hop(
-        link=LinkClass(bandwidth=share, latency=0.0),
+        link=LinkClass(bandwidth=share, latency=fit.latency),
         curve=fit.curve(),
         nic=math.inf,
         source=where,

@@ -54,7 +54,9 @@ Two spellings are read:
     a x^2 + b x + c with x = log2(bytes / 1e6), `peak` in bytes/s, its relative RMS
     `residual` over the measured `points` (message bytes, bytes/s; optional) and the message
     sizes it holds for, `sizes: [smallest, largest]` (optional; else the points' range, else
-    1 MB to 1 GB). Bandwidth is what the cost model's ring formulas divide by: for an
+    1 MB to 1 GB), and `latency` seconds added to every transfer (optional, 0: a measured
+    fit's times include the latency; an analytical link turned into a fit keeps its own).
+    Bandwidth is what the cost model's ring formulas divide by: for an
     all-reduce of S bytes over n devices in t seconds, 2 (n - 1) / n x S / t; for an
     all-gather of S bytes in all, (n - 1) / n x S / t; point to point, S / t. The fit is of
     whole transfer times, so the cost model adds no latency to a measured link
@@ -140,6 +142,10 @@ class BandwidthFit:
     """The measurements fitted: (message bytes, bytes/s)."""
     sizes: tuple[float, float] | None = None
     """(smallest, largest) message bytes the fit holds for, when recorded."""
+    latency: float = 0.0
+    """Seconds each transfer takes on top of what the fit gives: 0 for a measured fit (its
+    times include the latency); a link of the analytical model turned into a fit (to be
+    calibrated) keeps its latency here."""
 
     def size_range(self) -> tuple[float, float]:
         """The message sizes the fit holds for: recorded, else the points', else
@@ -378,6 +384,8 @@ def _fit_json(fit: BandwidthFit) -> dict[str, object]:
     out: dict[str, object] = {"coefficients": list(fit.coefficients), "peak": fit.peak}
     if fit.sizes is not None:
         out["sizes"] = list(fit.sizes)
+    if fit.latency:
+        out["latency"] = fit.latency
     if fit.residual is not None:
         out["residual"] = fit.residual
     if fit.points:
@@ -513,8 +521,8 @@ def _peak_table(raw: object, where: str) -> dict[int, dict[int, float]]:
 
 
 def _fit(raw: object, where: str) -> BandwidthFit:
-    fields = _object(raw, where, "{coefficients, peak, residual, points, sizes}")
-    unknown = set(fields) - {"coefficients", "peak", "residual", "points", "sizes"}
+    fields = _object(raw, where, "{coefficients, peak, residual, points, sizes, latency}")
+    unknown = set(fields) - {"coefficients", "peak", "residual", "points", "sizes", "latency"}
     if unknown:
         raise ProfileError(f"{where}: unknown keys {sorted(unknown)}")
     coefficients = fields.get("coefficients")
@@ -551,6 +559,7 @@ def _fit(raw: object, where: str) -> BandwidthFit:
         residual=None if residual is None else _number(residual, where, "residual"),
         points=tuple((_number(b, where, "bytes"), _number(r, where, "bytes/s")) for b, r in points),
         sizes=span,
+        latency=_number(fields.get("latency", 0.0), where, "latency (seconds)"),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hetc.costmodel.compiled import compiled_spec_files
 from hetc.costmodel.profile import LayerProfile
 from hetc.emit.deepspeed import ConfigKey, config_problems, deepspeed_config
 from hetc.emit.launch import launch_files
@@ -141,6 +142,7 @@ def compile_output(
             training_record(spec, spec_dir=spec_dir, profiles=result.model.profiles)
         ),
         "topology/cluster.json": canonical_json(cluster_record(plan, topology)),
+        **compiled_spec_files(spec, result.model.profiles),
     }
     configs, config_of = _deepspeed_files(spec, plan, topology)
     files.update(configs)

@@ -2,7 +2,8 @@
 
 Start-up (every process matches the plan, every process group checks out), then training for
 the run's steps (or `--steps`). Exit status 0 when all went well, 1 with one line on stderr
-otherwise. Each rank appends one JSON line per step to `HETC_RUN_DIR/metrics/rank-<r>.jsonl`;
+otherwise. Each rank appends one JSON line per step to `HETC_RUN_DIR/metrics/rank-<r>.jsonl`
+(with the plan hash, so that `hetc calibrate` can tell runs of another plan apart);
 plan rank 0 also prints the loss of each step. `--resume` continues from a checkpoint;
 `hetc.runtime.checkpoint` says where checkpoints go and when they are written.
 """
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                     **record.as_json(),
                     "samples_per_second": batch / record.seconds,
                     "rank": rank,
+                    "plan_hash": started.rank_file["plan_hash"],
                 }
                 log.write(json.dumps(line, sort_keys=True) + "\n")
                 log.flush()

@@ -116,7 +116,7 @@ def start(out_dir: Path, *, timeout: float) -> Startup:
         torch_ranks=torch_ranks,
         run_dir=Path(os.environ.get("HETC_RUN_DIR", "hetc-run")),
     )
-    _write_record(started, node, local_rank, time.monotonic() - began)
+    _write_record(started, node, local_rank, time.monotonic() - began, out_dir)
     return started
 
 
@@ -411,8 +411,12 @@ def _check_groups(
         )
 
 
-def _write_record(started: Startup, node: str | None, local_rank: int, seconds: float) -> None:
-    """Write the rank's start-up record atomically: a reader never sees half a file."""
+def _write_record(
+    started: Startup, node: str | None, local_rank: int, seconds: float, out_dir: Path
+) -> None:
+    """Write the rank's start-up record atomically: a reader never sees half a file. It names
+    the compiled output and plan hash the rank ran, so that `hetc calibrate RUN_DIR` finds
+    them from the run directory however the run was started."""
     folder = started.run_dir / "startup"
     folder.mkdir(parents=True, exist_ok=True)
     record = {
@@ -424,6 +428,8 @@ def _write_record(started: Startup, node: str | None, local_rank: int, seconds: 
         "world_size": started.world_size,
         "groups": list(started.groups),
         "seconds": round(seconds, 3),
+        "out_dir": str(out_dir.resolve()),
+        "plan_hash": started.rank_file["plan_hash"],
     }
     path = folder / f"rank-{started.plan_rank:05d}.json"
     with tempfile.NamedTemporaryFile(
