@@ -36,6 +36,7 @@ TOP_LEVEL_KEYS = frozenset(
         "gradient_clipping",
         "zero_optimization",
         "zero_allow_untested_optimizer",
+        "communication_data_type",
         "steps_per_print",
         "wall_clock_breakdown",
     }
@@ -52,6 +53,14 @@ FP16_LOSS_SCALING = {
 }
 """Dynamic loss scaling (`loss_scale: 0`) with DeepSpeed's documented defaults, written out so
 the file says what runs."""
+
+COMMUNICATION_DATA_TYPE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp16"}
+"""The type ZeRO 1/2 reduces gradients in, by precision: the runtime's own rule
+(`hetc.runtime.train`'s REDUCE, priced by `hetc.costmodel.traffic`). DeepSpeed's default would
+reduce bf16 gradients in bf16 (engine.py `communication_data_type`: the model's type when
+unset); with "fp32" it widens its bf16 reduce bucket to fp32 for the all-reduce
+(stage_1_and_2.py `allreduce_bucket`), as Megatron reduces bf16 gradients in fp32. fp16 stays
+fp16: the gradients are loss-scaled and an overflow in the sum is caught after it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -135,6 +144,7 @@ def deepspeed_config(spec: Spec, key: ConfigKey) -> dict[str, Any]:
     scheduler = _scheduler(spec)
     if scheduler is not None:
         config["scheduler"] = scheduler
+    config["communication_data_type"] = COMMUNICATION_DATA_TYPE[training.precision]
     if training.precision == "fp16":
         config["fp16"] = dict(FP16_LOSS_SCALING)
     elif training.precision == "bf16":

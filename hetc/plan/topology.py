@@ -247,8 +247,8 @@ def batch_triple(plan: Plan, process: Process) -> BatchTriple:
     )
 
 
-def _stage_holds(plan: Plan, stage: int, tied_embeddings: bool) -> list[str]:
-    """What a stage holds besides its blocks, by the runtime's names."""
+def stage_holds(plan: Plan, stage: int, tied_embeddings: bool) -> list[str]:
+    """What a stage holds besides its blocks, by the runtime's names (`hetc.runtime.model`)."""
     last = len(plan.stages) - 1
     holds = []
     if stage == 0:
@@ -290,7 +290,7 @@ def rank_record(
         "stage": process.stage,
         "stages": len(plan.stages),
         "blocks": [stage.first_block, stage.end_block],
-        "holds": _stage_holds(plan, process.stage, topology.tied_embeddings),
+        "holds": stage_holds(plan, process.stage, topology.tied_embeddings),
         "replica": process.replica,
         "pipeline": process.pipeline,
         "tp": {"group": tp_group, "size": replica.tp, "rank": process.tp_rank},
