@@ -284,20 +284,23 @@ class _LedgerBuilder:
         self.arch = spec.model
         training = spec.training
         self.precision, self.zero = training.precision, training.zero_stage
-        self.engine = self.zero in (1, 2)
         self.element = ELEMENT_BYTES[self.precision]
         self.gradient = gradient_element_bytes(self.precision)
         self.wire = boundary_element_bytes(self.precision)
-        self.stream = self.element if self.engine else FP32
-        """The hidden states' type inside a stage (module docstring)."""
         self.groups = {g.name: g.ranks for g in topology.groups}
         self.world = tuple(range(topology.world_size))
         self.stages = len(plan.stages)
         self.tied = self.arch.tied_embeddings and self.stages > 1
 
+    def _engine_stage(self, stage: int) -> bool:
+        """Whether the stage trains through DeepSpeed (`hetc.runtime.train.wants_engine`):
+        ZeRO 1 or 2 and one TP degree over its replicas."""
+        replicas = self.plan.stages[stage].replicas
+        return self.zero in (1, 2) and len({r.tp for r in replicas}) == 1
+
     def rank(self, p: Process) -> list[Entry]:
         entries = self._boundaries(p) + self._layers(p)
-        entries += self._engine(p) if self.engine else self._synchronise(p)
+        entries += self._engine(p) if self._engine_stage(p.stage) else self._synchronise(p)
         world = self.world
         entries.append(Entry(Call("all_reduce", world, 1, FP64), 1, "global loss"))
         flags = Call("all_reduce", world, 4, INT64, op="max")
@@ -357,11 +360,12 @@ class _LedgerBuilder:
         if training.activation_checkpointing:
             rows += 2 * blocks if training.dropout > 0 else blocks
         h = self.arch.hidden
+        stream = self.element if self._engine_stage(p.stage) else FP32
         found: Counter[tuple[Call, str]] = Counter()
         for tokens, count in counts.items():
             hidden = tokens * h
             row = Call("all_reduce", tp_group, hidden, self.element)
-            column = Call("all_reduce", tp_group, hidden, self.stream)
+            column = Call("all_reduce", tp_group, hidden, stream)
             found[row, "TP row-parallel output"] += rows * count
             found[column, "TP column-parallel input gradient"] += 2 * blocks * count
             if p.stage == 0:
@@ -376,7 +380,7 @@ class _LedgerBuilder:
 
     def _pads(self, p: Process) -> int:
         """Zero-gradient backwards a ZeRO-2 engine adds to match the longest pipeline."""
-        if self.zero != 2:
+        if self.zero != 2 or not self._engine_stage(p.stage):
             return 0
         longest = max(q.microbatches for q in self.plan.pipelines)
         return longest - self.plan.pipelines[p.pipeline].microbatches

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hetc.costmodel.traffic import GRADIENT_TYPE
 from hetc.plan.settings import reduce_bucket_elements
 from hetc.plan.topology import BatchTriple
 from hetc.schema.spec import Spec
@@ -53,14 +54,6 @@ FP16_LOSS_SCALING = {
 }
 """Dynamic loss scaling (`loss_scale: 0`) with DeepSpeed's documented defaults, written out so
 the file says what runs."""
-
-COMMUNICATION_DATA_TYPE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp16"}
-"""The type ZeRO 1/2 reduces gradients in, by precision: the runtime's own rule
-(`hetc.runtime.train`'s REDUCE, priced by `hetc.costmodel.traffic`). DeepSpeed's default would
-reduce bf16 gradients in bf16 (engine.py `communication_data_type`: the model's type when
-unset); with "fp32" it widens its bf16 reduce bucket to fp32 for the all-reduce
-(stage_1_and_2.py `allreduce_bucket`), as Megatron reduces bf16 gradients in fp32. fp16 stays
-fp16: the gradients are loss-scaled and an overflow in the sum is caught after it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -144,7 +137,11 @@ def deepspeed_config(spec: Spec, key: ConfigKey) -> dict[str, Any]:
     scheduler = _scheduler(spec)
     if scheduler is not None:
         config["scheduler"] = scheduler
-    config["communication_data_type"] = COMMUNICATION_DATA_TYPE[training.precision]
+    # The type ZeRO 1/2 reduces gradients in: the runtime's rule, priced by `traffic`. Unset,
+    # DeepSpeed would reduce bf16 gradients in bf16 (engine.py `communication_data_type`: the
+    # model's type); with "fp32" it widens its bf16 reduce bucket to fp32 for the all-reduce
+    # (stage_1_and_2.py `allreduce_bucket`), as Megatron reduces bf16 gradients in fp32.
+    config["communication_data_type"] = GRADIENT_TYPE[training.precision]
     if training.precision == "fp16":
         config["fp16"] = dict(FP16_LOSS_SCALING)
     elif training.precision == "bf16":
