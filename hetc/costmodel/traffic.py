@@ -144,21 +144,29 @@ def calls(entries: Iterable[Entry]) -> Counter[Call]:
 
 def flows(call: Call, rank: int) -> list[tuple[int, Fraction]]:
     """(receiver, bytes) that `rank` sends in `call` (module docstring's convention)."""
-    group, size = call.group, Fraction(call.nbytes)
+    return [
+        (to, Fraction(numerator, denominator)) for to, numerator, denominator in _flows(call, rank)
+    ]
+
+
+def _flows(call: Call, rank: int) -> list[tuple[int, int, int]]:
+    """`flows` as (receiver, numerator, denominator): exact without Fraction's cost, which
+    dominates the zone traffic of a plan of thousands of ranks."""
+    group, size = call.group, call.nbytes
     n = len(group)
     if call.kind == "send":
-        return [(group[1], size)]
+        return [(group[1], size, 1)]
     if call.kind == "recv" or n == 1:
         return []
     at = group.index(rank)
     successor = group[(at + 1) % n]
     if call.kind == "all_reduce":
-        return [(successor, 2 * (n - 1) * size / n)]
+        return [(successor, 2 * (n - 1) * size, n)]
     if call.kind == "all_gather":
-        return [(successor, (n - 1) * size)]
+        return [(successor, (n - 1) * size, 1)]
     assert call.root is not None
     start = group.index(call.root)
-    return [] if (at - start) % n == n - 1 else [(successor, size)]
+    return [] if (at - start) % n == n - 1 else [(successor, size, 1)]
 
 
 def sent_bytes(call: Call, rank: int) -> Fraction:
@@ -189,16 +197,6 @@ def rank_bytes(ledger: Ledger) -> dict[int, tuple[Fraction, Fraction]]:
         )
         for rank, entries in ledger.items()
     }
-
-
-def rank_flows(ledger: Ledger) -> dict[tuple[int, int], Fraction]:
-    """Bytes per iteration from each plan rank to each other one."""
-    total: defaultdict[tuple[int, int], Fraction] = defaultdict(Fraction)
-    for rank, entries in ledger.items():
-        for entry in entries:
-            for to, nbytes in flows(entry.call, rank):
-                total[rank, to] += entry.count * nbytes
-    return dict(total)
 
 
 # -- the runtime's parameters ---------------------------------------------------------------
@@ -390,7 +388,7 @@ class _LedgerBuilder:
         holds = stage_holds(self.plan, p.stage, self.arch.tied_embeddings)
         return stage_parameters(self.arch, stage.first_block, stage.end_block, holds)
 
-    def _control(self, p: Process) -> list[Entry]:
+    def _control(self) -> list[Entry]:
         """hetc's overflow agreement (fp16) and global-norm clip, over every rank."""
         entries = []
         if self.precision == "fp16":
@@ -445,7 +443,7 @@ class _LedgerBuilder:
             root = tp_group[0]
             call = Call("broadcast", tp_group, replicated, self.gradient, root=root)
             entries.append(Entry(call, 1, "replicated gradient over TP"))
-        return entries + self._tied_sums(p) + self._control(p)
+        return entries + self._tied_sums(p) + self._control()
 
     def _engine(self, p: Process) -> list[Entry]:
         """A DeepSpeed ZeRO 1/2 engine's calls and hetc's around it (`StageEngine.step`)."""
@@ -468,7 +466,7 @@ class _LedgerBuilder:
             table = padded_vocab(self.arch.vocab) * self.arch.hidden // tp
             whole = Call("all_reduce", dp_group, table, FP32)
             entries.append(Entry(whole, 1, "tied table assembled (get_full_hp_grad)"))
-        entries += self._tied_sums(p) + self._control(p)
+        entries += self._tied_sums(p) + self._control()
         groups = [dp_group] + ([tp_group] if len(tp_group) > 1 else [])
         for group in groups:
             if self.precision != "fp32":
@@ -528,8 +526,11 @@ def _large_pieces(offset: int, numel: int, partition: int, bucket: int) -> list[
 def zone_traffic(ledger: Ledger, zone_of: Mapping[int, str]) -> dict[tuple[str, str], float]:
     """Bytes per iteration from zone to zone (pairs within a zone left out), for plan ranks
     placed in zones by `zone_of`."""
-    total: defaultdict[tuple[str, str], Fraction] = defaultdict(Fraction)
-    for (a, b), nbytes in rank_flows(ledger).items():
-        if zone_of[a] != zone_of[b]:
-            total[zone_of[a], zone_of[b]] += nbytes
-    return {pair: float(nbytes) for pair, nbytes in sorted(total.items())}
+    total: defaultdict[tuple[str, str], float] = defaultdict(float)
+    for rank, entries in ledger.items():
+        here = zone_of[rank]
+        for entry in entries:
+            for to, numerator, denominator in _flows(entry.call, rank):
+                if zone_of[to] != here:
+                    total[here, zone_of[to]] += entry.count * numerator / denominator
+    return dict(sorted(total.items()))
