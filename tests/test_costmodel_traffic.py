@@ -102,6 +102,7 @@ def test_collectives_move_the_ring_algorithms_bytes() -> None:
     assert (sent_bytes(message, 2), received_bytes(message, 2)) == (20, 0)
     receipt = Call("recv", (2, 9), 10, 2)
     assert (sent_bytes(receipt, 9), received_bytes(receipt, 9)) == (0, 20)
+    assert traffic.flows(reduce, 7) == [(5, 150)] and traffic.flows(chain, 8) == [(4, 12)]
     alone = Call("all_reduce", (4,), 1000, 4)
     assert sent_bytes(alone, 4) == received_bytes(alone, 4) == 0
     assert sent_bytes(Call("all_reduce", (0, 1, 2), 1, 8), 0) == Fraction(32, 3)
@@ -199,6 +200,9 @@ def test_a_tied_table_and_zero_2_reductions_are_billed_as_the_ledger_lists_them(
     assert [(e.call.elements, e.call.element_bytes, e.count) for e in buckets] == [
         (TABLE + 32 * 32 + 2 * BLOCK, 4, 4)
     ]
+    made = traffic.calls(ledger[0])
+    assert made[Call("send", (0, 1), 16 * 32, 2)] == made[Call("recv", (1, 0), 16 * 32, 2)] == 4
+    assert made[Call("all_reduce", (0,), 1, 1, op="max")] == 1  # DeepSpeed's bf16 overflow flag
     sent, received = rank_bytes(ledger)[0]
     assert sent == received == 4 * 16 * 32 * 2 + 8 + 8 + 32
 

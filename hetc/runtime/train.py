@@ -33,8 +33,9 @@ What travels in which type (`hetc.costmodel.traffic` prices exactly this):
   engine reduces in fp16: `communication_data_type` defaults to fp16 when fp16 is enabled,
   engine.py). bf16 has an 8-bit mantissa: summing D replicas' gradients in it loses what
   fp32 keeps, and Megatron accumulates and all-reduces bf16 gradients in fp32
-  (`accumulate_allreduce_grads_in_fp32`, forced on with --bf16), so bf16 reduces in fp32.
-- Collectives on a group of one member are not made (nothing to exchange).
+  (`accumulate_allreduce_grads_in_fp32`, on with --bf16 by default), so bf16 reduces in
+  fp32. A data-parallel group of one makes no call, but its gradients are rounded to
+  `REDUCE` all the same (`_synchronise`).
 
 A stage whose replicas share one TP degree under ZeRO 1 or 2 runs the same loop but hands its
 forward, backward and step to a DeepSpeed engine (`hetc.runtime.engine`), which reduces,
