@@ -115,7 +115,9 @@ def reference_run(
     """One process, the whole model, the whole global batch: losses, final weights, and each
     step's gradient norm before clipping. bf16/fp16 compute under autocast with fp32 weights;
     fp16 scales the loss as DeepSpeed does (hysteresis 2: the first overflow keeps the scale,
-    each later one halves it; a skipped step does not update)."""
+    each later one halves it; a skipped step does not update) and rounds the scaled gradients
+    to fp16 before looking for an overflow, as the runtime's fp16 reduction does (a scaled
+    gradient past fp16's range overflows there, though fp32 holds it)."""
     from hetc.runtime.data import TrainingData
     from hetc.runtime.model import DropoutKey, ModelConfig, StageModule
 
@@ -166,6 +168,8 @@ def reference_run(
         losses.append(total)
         if precision == "fp16":
             grads = [p.grad for p in model.parameters() if p.grad is not None]
+            for g in grads:  # the runtime reduces fp16 gradients in fp16
+                g.copy_(g.half())
             if not all(bool(torch.isfinite(g).all()) for g in grads):
                 if hysteresis == 1:
                     scale /= 2

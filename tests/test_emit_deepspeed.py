@@ -17,6 +17,7 @@ from hetc.schema import check_text
 from hetc.schema.spec import Spec
 
 deepspeed = pytest.importorskip("deepspeed")
+import torch  # noqa: E402
 from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402
 
 SPEC = """\
@@ -109,6 +110,10 @@ def test_deepspeed_parses_every_config_with_its_data_parallel_size(
         assert parsed.gradient_clipping == spec.training.gradient_clipping
         assert parsed.float16_config.enabled == (precision == "fp16")
         assert parsed.bfloat16_config.enabled == (precision == "bf16")
+        # gradients reduce in fp16 under fp16, else in fp32 (bf16 too: DeepSpeed's default
+        # would be bf16), as hetc's own path and hetc.costmodel.traffic have it
+        wanted = torch.float16 if precision == "fp16" else torch.float32
+        assert parsed.communication_data_type == wanted
         if precision == "fp16":
             assert parsed.float16_config.loss_scale == 0, "dynamic loss scaling"
         expected_scheduler = (config.get("scheduler") or {}).get("type")

@@ -9,6 +9,7 @@ from fractions import Fraction
 import pytest
 
 from hetc.plan import Node, Pipeline, Plan, Replica, Stage, plan_problems
+from hetc.plan.settings import VOCAB_PAD, padded_vocab
 from hetc.plan.topology import (
     batch_triple,
     boundary_transfers,
@@ -17,6 +18,7 @@ from hetc.plan.topology import (
     plan_hash,
     rank_file_name,
     rank_record,
+    stage_holds,
     topology_of,
 )
 
@@ -285,3 +287,23 @@ def test_local_rank_follows_used_devices() -> None:
         (1, 6, 0, 0),
         (2, 7, 0, 1),
     ]
+
+
+def test_rank_of_and_stage_holds_follow_the_docstring_example() -> None:
+    """Replica 1 of stage 1 is ranks 8, 9 (node a100@z/n1); the ends hold the embedding and,
+    tied over two stages, the head with its copy of the token table."""
+    plan = docstring_plan()
+    topology = topology_of(plan, tied_embeddings=True)
+    assert [topology.rank_of(1, 1, t) for t in (0, 1)] == [8, 9]
+    assert [topology.rank_of(0, 0, t) for t in (0, 1)] == [4, 5]
+    assert stage_holds(plan, 0, True) == ["embedding"]
+    assert stage_holds(plan, 1, True) == ["final-norm", "head", "token-table-copy"]
+    assert stage_holds(plan, 1, False) == ["final-norm", "head"]
+
+
+def test_the_vocabulary_pads_to_a_multiple_of_128() -> None:
+    """50257 rows (GPT-2) pad to 50304; a multiple of 128 stays; every power-of-two TP degree
+    up to 128 then splits the table equally."""
+    assert padded_vocab(50257) == 50304 == 393 * VOCAB_PAD
+    assert padded_vocab(32000) == 32000
+    assert all(padded_vocab(50257) % tp == 0 for tp in (1, 2, 4, 8, 16, 32, 64, 128))

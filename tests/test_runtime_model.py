@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from hetc.catalog import ModelArchitecture, models
+from hetc.plan.settings import VOCAB_PAD
 from hetc.runtime.model import (
-    VOCAB_PAD,
     ModelConfig,
     StageModule,
     init_full,

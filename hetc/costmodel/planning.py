@@ -43,6 +43,12 @@ each stage's ring, whose replicas are ordered by zone so it crosses zones Z_i ti
 spans Z_i >= 2 zones, each crossing carrying 2 (D - 1) / D of the gradient bytes per TP rank
 times the TP degree; the tied embedding's gradient between first and last stage per pipeline.
 
+Byte sizes come from `traffic`, the one description of what the runtime sends: boundary
+tensors in the compute type, gradient reductions in fp16 under fp16 and fp32 otherwise. The
+simulator prices egress from that module's whole ledger, which also counts what this closed
+form leaves out: ZeRO-2's reduction after every microbatch, ZeRO 1/2's gather of the updated
+weights, TP and control collectives.
+
 Memory is checked per kind (`tables.peak_memory`: ZeRO shards over D, stage i holds
 min(P - i, m) microbatches in flight), so a kind that does not fit a stage is never used; a
 (microbatch, TP) point its device's profile measured to run out of memory never fits.
@@ -73,6 +79,7 @@ from hetc.costmodel.network import MessageSizeCurve, ring_all_reduce_time, send_
 from hetc.costmodel.pricing import End, LinkPricer, slower_of
 from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.tables import StageTables, build_stage_tables, peak_memory
+from hetc.costmodel.traffic import activation_bytes, gradient_element_bytes
 from hetc.plan.settings import reduce_bucket_elements
 from hetc.schema.spec import LinkClass, Pool, Spec, Zone
 
@@ -85,8 +92,6 @@ __all__ = [
     "Shape",
     "valid_tp_degrees",
 ]
-
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 def valid_tp_degrees(arch: ModelArchitecture, gpus_per_node: int) -> tuple[int, ...]:
@@ -205,7 +210,8 @@ class PlanningModel:
         training = spec.training
         self.batch = training.global_batch_size
         self.blocks = self.arch.layers
-        self.element = ELEMENT_BYTES[training.precision]
+        self.gradient_element = gradient_element_bytes(training.precision)
+        """Bytes per element of a gradient reduction (`traffic`: fp16 in fp16, else fp32)."""
         self.mixed_tp_allowed = training.zero_stage == 0
         """Capability matrix: replicas of different TP share a stage only without ZeRO."""
         self._profiles = {p.device: p for p in profiles}
@@ -366,7 +372,16 @@ class PlanningModel:
         )
 
     def activation_bytes(self, microbatch: int) -> float:
-        return float(microbatch * self.spec.training.seq_len * self.arch.hidden * self.element)
+        """One microbatch's boundary activation (or its gradient), as `traffic` prices it."""
+        training = self.spec.training
+        return float(
+            activation_bytes(
+                microbatch=microbatch,
+                seq_len=training.seq_len,
+                hidden=self.arch.hidden,
+                precision=training.precision,
+            )
+        )
 
     def end(self, pool: int) -> End:
         """A node of pool `pool` as one end of a transfer (`pricing.End`)."""
@@ -416,7 +431,7 @@ class PlanningModel:
             microbatch=1,
             in_flight=1,
         )
-        return float(stage_parameters_per_rank(self.arch, shape) * self.element)
+        return float(stage_parameters_per_rank(self.arch, shape) * self.gradient_element)
 
     def _ring(
         self, kind_a: int, kind_b: int, stage_key: tuple[int, int, bool, bool], dp: int
@@ -438,7 +453,7 @@ class PlanningModel:
     def _tied(self, kind_first: int, kind_last: int) -> float:
         ka, kb = self.kinds[kind_first], self.kinds[kind_last]
         link, curve, nic = self.measured_link(ka.pool, kb.pool, 1)
-        nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.element
+        nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.gradient_element
         return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
 
     def egress_price(self, pool_a: int, pool_b: int) -> float:
@@ -593,7 +608,7 @@ class PlanningModel:
             2
             * dp
             * tied_table_parameters_per_rank(self.arch, self.kinds[a].tp)
-            * self.element
+            * self.gradient_element
             * self.egress_price(self.kinds[a].pool, self.kinds[b].pool)
             for a in first_kinds
             for b in last_kinds

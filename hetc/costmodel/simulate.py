@@ -53,11 +53,16 @@ from hetc.costmodel.schedule import (
     closed_form_iteration,
     simulate_1f1b,
 )
+from hetc.costmodel.traffic import (
+    activation_bytes,
+    gradient_element_bytes,
+    iteration_ledger,
+    zone_traffic,
+)
 from hetc.plan import Node, Plan, Replica
 from hetc.plan.settings import reduce_bucket_elements
+from hetc.plan.topology import topology_of
 from hetc.schema.spec import Spec, Zone
-
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -97,7 +102,8 @@ class Simulation:
     """(seconds, USD) to train `training.tokens`, when the spec gives it."""
     ranks: tuple[RankReport, ...]
     traffic: dict[tuple[str, str], float]
-    """Bytes per iteration from zone to zone (pipeline, data-parallel and tied-embedding)."""
+    """Bytes per iteration from zone to zone: every call of the iteration
+    (`traffic.iteration_ledger`: pipeline, data-parallel, tied-embedding, ZeRO, control)."""
     timeline: Timeline
 
     @property
@@ -168,7 +174,7 @@ class _Context:
         self.zones: dict[str, Zone] = {z.name: z for z in spec.zones}
         self.nodes: dict[str, Node] = {n.id: n for n in plan.nodes}
         self.nic = {(z.name, p.name): p.nic_bandwidth for z in spec.zones for p in z.pools}
-        self.element = ELEMENT_BYTES[spec.training.precision]
+        self.gradient_element = gradient_element_bytes(spec.training.precision)
         self.pricer = LinkPricer(spec, profiles)
         self._models: dict[str, ComputeModel] = {}
 
@@ -229,9 +235,16 @@ class _Context:
         return self.pricer.between_nodes(self.end(a), self.end(b), flows)
 
     def activation_bytes(self) -> float:
-        """One microbatch's hidden states at a stage boundary (sent once, not per TP rank)."""
+        """One microbatch's hidden states at a stage boundary (sent once, not per TP rank),
+        as `traffic` prices them."""
+        training = self.spec.training
         return float(
-            self.plan.microbatch_size * self.spec.training.seq_len * self.arch.hidden * self.element
+            activation_bytes(
+                microbatch=self.plan.microbatch_size,
+                seq_len=training.seq_len,
+                hidden=self.arch.hidden,
+                precision=training.precision,
+            )
         )
 
     def pipeline_times(self, p: int) -> PipelineTimes:
@@ -255,7 +268,8 @@ class _Context:
     def gradient_bytes(self, stage: int) -> float:
         """Per-TP-rank gradient bytes the stage's ring carries (smallest TP's shard)."""
         tp = min(r.tp for r in self.plan.stages[stage].replicas)
-        return float(stage_parameters_per_rank(self.arch, self.shape(stage, tp, 1)) * self.element)
+        shape = self.shape(stage, tp, 1)
+        return float(stage_parameters_per_rank(self.arch, shape) * self.gradient_element)
 
     def shape(self, stage: int, tp: int, in_flight: int) -> StageShape:
         last = len(self.plan.stages) - 1
@@ -311,7 +325,7 @@ class _Context:
         for path in self.plan.pipelines:
             first, final = self.replica(0, path.replicas[0]), self.replica(last, path.replicas[-1])
             hop = self.hop(first, final)
-            nbytes = tied_table_parameters_per_rank(self.arch, first.tp) * self.element
+            nbytes = tied_table_parameters_per_rank(self.arch, first.tp) * self.gradient_element
             seconds = ring_all_reduce_time(
                 float(nbytes), 2, hop.link, nic_bandwidth=hop.nic, curve=hop.curve
             )
@@ -326,31 +340,11 @@ class _Context:
         return update / len(replicas) if self.spec.training.zero_stage >= 1 else update
 
     def traffic(self) -> dict[tuple[str, str], float]:
-        flows: dict[tuple[str, str], float] = defaultdict(float)
-
-        def add(a: Replica, b: Replica, nbytes: float) -> None:
-            za, zb = self.nodes[a.node].zone, self.nodes[b.node].zone
-            flows[za, zb] += nbytes
-
-        for path in self.plan.pipelines:
-            replicas = [self.replica(i, j) for i, j in enumerate(path.replicas)]
-            per_boundary = self.activation_bytes() * path.microbatches
-            for a, b in itertools.pairwise(replicas):
-                add(a, b, per_boundary)
-                add(b, a, per_boundary)
-            if self.arch.tied_embeddings and len(replicas) > 1:
-                nbytes = tied_table_parameters_per_rank(self.arch, replicas[0].tp) * self.element
-                add(replicas[0], replicas[-1], float(nbytes))
-                add(replicas[-1], replicas[0], float(nbytes))
-        for stage, s in enumerate(self.plan.stages):
-            n = len(s.replicas)
-            if n > 1:
-                per_hop = (
-                    2 * (n - 1) / n * self.gradient_bytes(stage) * max(r.tp for r in s.replicas)
-                )
-                for a, b in zip(s.replicas, (*s.replicas[1:], s.replicas[0]), strict=True):
-                    add(a, b, per_hop)
-        return {pair: nbytes for pair, nbytes in flows.items() if pair[0] != pair[1]}
+        """Bytes per iteration from zone to zone: every call of the iteration, as
+        `traffic.iteration_ledger` lists them, on ring-algorithm flows."""
+        topology = topology_of(self.plan, tied_embeddings=self.arch.tied_embeddings)
+        zone_of = {p.rank: self.nodes[p.node].zone for p in topology.processes}
+        return zone_traffic(iteration_ledger(self.plan, self.spec), zone_of)
 
     def model_flops(self) -> float:
         """FLOPs of one iteration's forward and backward at TP 1 (no recomputation)."""

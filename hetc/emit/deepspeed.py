@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hetc.costmodel.traffic import GRADIENT_TYPE
 from hetc.plan.settings import reduce_bucket_elements
 from hetc.plan.topology import BatchTriple
 from hetc.schema.spec import Spec
@@ -36,6 +37,7 @@ TOP_LEVEL_KEYS = frozenset(
         "gradient_clipping",
         "zero_optimization",
         "zero_allow_untested_optimizer",
+        "communication_data_type",
         "steps_per_print",
         "wall_clock_breakdown",
     }
@@ -135,6 +137,11 @@ def deepspeed_config(spec: Spec, key: ConfigKey) -> dict[str, Any]:
     scheduler = _scheduler(spec)
     if scheduler is not None:
         config["scheduler"] = scheduler
+    # The type ZeRO 1/2 reduces gradients in: the runtime's rule, priced by `traffic`. Unset,
+    # DeepSpeed would reduce bf16 gradients in bf16 (engine.py `communication_data_type`: the
+    # model's type); with "fp32" it widens its bf16 reduce bucket to fp32 for the all-reduce
+    # (stage_1_and_2.py `allreduce_bucket`), as Megatron reduces bf16 gradients in fp32.
+    config["communication_data_type"] = GRADIENT_TYPE[training.precision]
     if training.precision == "fp16":
         config["fp16"] = dict(FP16_LOSS_SCALING)
     elif training.precision == "bf16":

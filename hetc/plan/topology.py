@@ -51,7 +51,7 @@ global batch of 64.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetc.plan.codec import plan_to_json
 from hetc.plan.ir import Plan
@@ -131,10 +131,19 @@ class Topology:
     groups: tuple[Group, ...]
     """Every process group, in the one order all ranks create them."""
     tied_embeddings: bool
+    _ranks: dict[tuple[int, int, int], int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ranks = {(p.stage, p.replica, p.tp_rank): p.rank for p in self.processes}
+        object.__setattr__(self, "_ranks", ranks)
 
     @property
     def world_size(self) -> int:
         return len(self.processes)
+
+    def rank_of(self, stage: int, replica: int, tp_rank: int) -> int:
+        """The plan rank of a replica's TP rank (a lookup: every rank's files ask)."""
+        return self._ranks[stage, replica, tp_rank]
 
     def groups_of(self, rank: int) -> list[Group]:
         return [g for g in self.groups if rank in g.ranks]
@@ -222,10 +231,9 @@ def boundary_transfers(
     other_index = plan.pipelines[process.pipeline].replicas[neighbour]
     other = plan.stages[neighbour].replicas[other_index].tp
     chunks = max(mine, other)
-    ranks = {(p.stage, p.replica, p.tp_rank): p.rank for p in topology.processes}
     return [
         Transfer(
-            peer=ranks[neighbour, other_index, _chunk_holder(c, chunks, other)],
+            peer=topology.rank_of(neighbour, other_index, _chunk_holder(c, chunks, other)),
             chunk=c,
             chunks=chunks,
         )
@@ -247,8 +255,8 @@ def batch_triple(plan: Plan, process: Process) -> BatchTriple:
     )
 
 
-def _stage_holds(plan: Plan, stage: int, tied_embeddings: bool) -> list[str]:
-    """What a stage holds besides its blocks, by the runtime's names."""
+def stage_holds(plan: Plan, stage: int, tied_embeddings: bool) -> list[str]:
+    """What a stage holds besides its blocks, by the runtime's names (`hetc.runtime.model`)."""
     last = len(plan.stages) - 1
     holds = []
     if stage == 0:
@@ -290,7 +298,7 @@ def rank_record(
         "stage": process.stage,
         "stages": len(plan.stages),
         "blocks": [stage.first_block, stage.end_block],
-        "holds": _stage_holds(plan, process.stage, topology.tied_embeddings),
+        "holds": stage_holds(plan, process.stage, topology.tied_embeddings),
         "replica": process.replica,
         "pipeline": process.pipeline,
         "tp": {"group": tp_group, "size": replica.tp, "rank": process.tp_rank},

@@ -159,7 +159,8 @@ class StageEngine:
         self.engine: Any = engine
         self.optimizer: Any = optimizer
         self.dtype = next(t.model.parameters()).dtype
-        """bf16/fp16 where DeepSpeed cast the module; hidden states travel in fp32."""
+        """bf16/fp16 where DeepSpeed cast the module: the hidden states' type, which is also
+        the one they travel in between stages."""
 
     def forward(self, x: Tensor, targets: Tensor | None, noise: DropoutKey | None = None) -> Tensor:
         """Through the engine, whose forward hooks its backward prologue onto the output."""

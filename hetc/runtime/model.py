@@ -32,9 +32,10 @@ multi-stage plan holds "token-table-copy": `embedding.tokens.weight` again, used
 with the same start values as the first stage's (the topology's tied-embedding groups keep
 the two in step).
 
-The vocabulary is padded to a multiple of `VOCAB_PAD` so that every TP degree of the plan
-splits it equally, whatever the plan; the padded rows start at zero, are never a valid id or
-target, and their logits count as -inf. Dropout is not implemented (rate 0).
+The vocabulary is padded to a multiple of `hetc.plan.settings.VOCAB_PAD` (one value the cost
+model's parameter count reads too) so that every TP degree of the plan splits it equally,
+whatever the plan; the padded rows start at zero, are never a valid id or target, and their
+logits count as -inf. Dropout is not implemented (rate 0).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from hetc.plan.settings import padded_vocab
 from hetc.runtime.tensor_parallel import (
     ColumnParallelLinear,
     Group,
@@ -60,8 +62,6 @@ from hetc.runtime.tensor_parallel import (
     vocab_parallel_cross_entropy,
 )
 
-VOCAB_PAD = 128
-"""Padded vocabulary rows are a multiple of this: any power-of-two TP degree up to 128."""
 INIT_STD = 0.02
 NORM_EPS = 1e-5
 ROPE_BASE = 10000.0
@@ -95,7 +95,7 @@ class ModelConfig:
 
     @property
     def padded_vocab(self) -> int:
-        return -(-self.vocab // VOCAB_PAD) * VOCAB_PAD
+        return padded_vocab(self.vocab)
 
     @classmethod
     def from_dict(cls, model: Mapping[str, Any]) -> ModelConfig:

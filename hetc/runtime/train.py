@@ -16,11 +16,26 @@ and then broadcast inside each TP group, so every replica counts once. With tied
 over several stages, the token table's gradient is summed once over every holder in the
 first and last stage (the tied groups), which also covers the data-parallel sum.
 
-Precision: parameters, gradients, optimizer state and every reduction stay fp32 (the master
-copy); bf16 and fp16 run the forward under autocast, as DeepSpeed's mixed precision computes
-in the low type and keeps fp32 master weights. fp16 scales the loss dynamically with
-DeepSpeed's rules (`LossScaler`), and every rank agrees on overflow before anyone steps, so no
-stage skips a step another takes.
+Precision: parameters, gradients and optimizer state stay fp32 (the master copy); bf16 and
+fp16 run the forward under autocast, as DeepSpeed's mixed precision computes in the low type
+and keeps fp32 master weights. fp16 scales the loss dynamically with DeepSpeed's rules
+(`LossScaler`), and every rank agrees on overflow before anyone steps, so no stage skips a
+step another takes.
+
+What travels in which type (`hetc.costmodel.traffic` prices exactly this):
+- Stage-boundary activations and their gradients go in the compute type (`WIRE`: bf16, fp16,
+  or fp32), as Megatron's pipeline sends them in its params dtype (p2p_communication.py,
+  `config.pipeline_dtype`); the receiver widens them back to fp32 on this path.
+- Data-parallel, tied-embedding and TP-broadcast gradients go in `REDUCE`: fp16 under fp16,
+  fp32 otherwise. fp16 gradients are loss-scaled, so the fp16 sum's range is the one the
+  scale was chosen for, and an overflow in the sum shows as inf in every rank's reduced
+  gradient, which the overflow agreement after the reduction catches (DeepSpeed's fp16
+  engine reduces in fp16: `communication_data_type` defaults to fp16 when fp16 is enabled,
+  engine.py). bf16 has an 8-bit mantissa: summing D replicas' gradients in it loses what
+  fp32 keeps, and Megatron accumulates and all-reduces bf16 gradients in fp32
+  (`accumulate_allreduce_grads_in_fp32`, on with --bf16 by default), so bf16 reduces in
+  fp32. A data-parallel group of one makes no call, but its gradients are rounded to
+  `REDUCE` all the same (`_synchronise`).
 
 A stage whose replicas share one TP degree under ZeRO 1 or 2 runs the same loop but hands its
 forward, backward and step to a DeepSpeed engine (`hetc.runtime.engine`), which reduces,
@@ -73,6 +88,10 @@ class Member:
 
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+WIRE = {"fp32": torch.float32, **AUTOCAST}
+"""Stage-boundary activations and gradients travel in the compute type (module docstring)."""
+REDUCE = {"fp32": torch.float32, "bf16": torch.float32, "fp16": torch.float16}
+"""Gradient reductions: fp16 in fp16 (loss-scaled, overflow agreed after), bf16 in fp32."""
 
 
 @dataclass(kw_only=True)
@@ -209,6 +228,7 @@ class StageTrainer:
             else torch.device("cpu")
         )
         self.precision = self.training["precision"]
+        self.wire, self.reduce = WIRE[self.precision], REDUCE[self.precision]
         fp16 = self.deepspeed.get("fp16")
         self.scaler = LossScaler.from_config(fp16) if fp16 and fp16.get("enabled") else None
         tp = rf["tp"]
@@ -278,6 +298,11 @@ class StageTrainer:
         first = run.start + index * self.micro
         return DropoutKey(self.training["seed"], step, tuple(range(first, first + self.micro)))
 
+    def _stream_dtype(self) -> torch.dtype:
+        """The hidden states' type inside the stage: the engine's module type, else fp32
+        (autocast computes in the low type, the residual stream stays fp32)."""
+        return torch.float32 if self.engine is None else self.engine.dtype
+
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         dtype = AUTOCAST.get(self.precision)
         if dtype is None:
@@ -288,7 +313,7 @@ class StageTrainer:
         # Completed sends release their tensors now, not at the end of the iteration: a stage
         # would otherwise hold every microbatch's boundary tensor at once.
         self._sends = [(work, piece) for work, piece in self._sends if not work.is_completed()]
-        flat = full.detach().float().reshape(-1)
+        flat = full.detach().to(self.wire).reshape(-1)
         for t in transfers:
             piece = flat.chunk(t["chunks"])[t["chunk"]].contiguous()
             work = dist.isend(piece, dst=self._torch(t["peer"]))
@@ -296,15 +321,16 @@ class StageTrainer:
             self._sends.append((work, piece))
 
     def _receive_full(self, transfers: Sequence[Mapping[str, int]]) -> Tensor:
-        """The whole boundary tensor: this rank's chunks from its peers, the rest gathered
-        from the other TP ranks of its replica (each holds a contiguous run of chunks)."""
+        """The whole boundary tensor, in the wire type: this rank's chunks from its peers,
+        the rest gathered from the other TP ranks of its replica (each holds a contiguous run
+        of chunks)."""
         shape = (self.micro, self.seq, self.hidden)
         chunks = transfers[0]["chunks"]
         size = self.micro * self.seq * self.hidden // chunks
         mine = []
         with self.clock.section("idle"):
             for t in sorted(transfers, key=lambda t: t["chunk"]):
-                buffer = torch.empty(size, device=self.device)
+                buffer = torch.empty(size, dtype=self.wire, device=self.device)
                 dist.recv(buffer, src=self._torch(t["peer"]))
                 mine.append(buffer)
         local = torch.cat(mine)
@@ -336,7 +362,8 @@ class StageTrainer:
                 if self.first:
                     x = inputs
                 else:
-                    x = self._receive_full(self.rank_file["previous_stage"]).requires_grad_()
+                    received = self._receive_full(self.rank_file["previous_stage"])
+                    x = received.to(self._stream_dtype()).requires_grad_()
                 scale = self.scaler.scale if self.scaler else 1.0
                 with clock.section("compute"):
                     noise = self._noise(step, pipeline, index)
@@ -427,7 +454,10 @@ class StageTrainer:
         every rank. One collective per group rather than per tensor is what the cost model's
         ring over the stage's gradient bytes assumes: per-tensor calls pay the latency of
         every small norm and bias. Then replicated gradients are broadcast over TP, and the
-        tied token table is summed."""
+        tied token table is summed. Every sum and the broadcast run in `REDUCE` (module
+        docstring). A stage with one replica makes no data-parallel call but rounds its
+        gradients to `REDUCE` all the same, so that an fp16 gradient overflows where a sum
+        would, whatever the replica count."""
         dp_groups = chunk_groups(self.rank_file["data_parallel"], self.started.groups)
         per_rank = next(iter(dp_groups.values()))[0] // self.tp_size
         pieces: dict[int, list[Tensor]] = defaultdict(list)
@@ -445,11 +475,16 @@ class StageTrainer:
             for offset, piece in enumerate(grad.chunk(per_rank, dim=spec.tp_dim)):
                 pieces[self.tp_rank * per_rank + offset].append(piece)
         for chunk in sorted(pieces):
-            _flat_collective(pieces[chunk], partial(dist.all_reduce, group=dp_groups[chunk][1]))
+            group = dp_groups[chunk][1]
+            if dist.get_world_size(group) > 1:
+                _flat_collective(pieces[chunk], partial(dist.all_reduce, group=group), self.reduce)
+            else:
+                _round(pieces[chunk], self.reduce)
         if self.tp_size > 1 and replicated:
             order = self.started.group_ranks[self.rank_file["tp"]["group"]]
             source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
-            _flat_collective(replicated, partial(dist.broadcast, src=source, group=self.tp_group))
+            broadcast = partial(dist.broadcast, src=source, group=self.tp_group)
+            _flat_collective(replicated, broadcast, self.reduce)
         if self._tied():
             tied = chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
             parameter = self.parameters[TOKEN_TABLE]
@@ -458,13 +493,15 @@ class StageTrainer:
     def _sum_sharded(
         self, grad: Tensor, spec: ParamSpec, groups: Mapping[int, tuple[int, Any]]
     ) -> None:
+        """Sum this rank's chunks of a TP-sharded gradient, each in its own group (the tied
+        table's: every holder in the first and last stage), in `REDUCE`."""
         chunks = next(iter(groups.values()))[0]
         per_rank = chunks // self.tp_size
         assert spec.tp_dim is not None
         pieces = grad.chunk(per_rank, dim=spec.tp_dim)
         for offset, piece in enumerate(pieces):
             chunk = self.tp_rank * per_rank + offset
-            buffer = piece.contiguous()
+            buffer = piece.to(self.reduce, memory_format=torch.contiguous_format)
             dist.all_reduce(buffer, group=groups[chunk][1])
             piece.copy_(buffer)
 
@@ -507,14 +544,28 @@ def _with_data_path(training: Mapping[str, Any], data_dir: Path | None) -> dict[
     return record
 
 
-def _flat_collective(tensors: Sequence[Tensor], collective: Callable[[Tensor], Any]) -> None:
-    """Run `collective` in place on one flat copy of `tensors`, then copy the result back."""
-    flat = torch.cat([t.reshape(-1) for t in tensors])
+def _flat_collective(
+    tensors: Sequence[Tensor], collective: Callable[[Tensor], Any], dtype: torch.dtype
+) -> None:
+    """Run `collective` in place on one flat `dtype` copy of `tensors`, then copy the result
+    back (every rank, the broadcast's source too, so all hold the same rounding)."""
+    flat = torch.empty(sum(t.numel() for t in tensors), dtype=dtype, device=tensors[0].device)
+    offset = 0
+    for tensor in tensors:
+        flat[offset : offset + tensor.numel()].copy_(tensor.reshape(-1))
+        offset += tensor.numel()
     collective(flat)
     offset = 0
     for tensor in tensors:
         tensor.copy_(flat[offset : offset + tensor.numel()].view(tensor.shape))
         offset += tensor.numel()
+
+
+def _round(tensors: Sequence[Tensor], dtype: torch.dtype) -> None:
+    """Round each tensor in place to `dtype`'s values (as a reduction in `dtype` would)."""
+    for tensor in tensors:
+        if tensor.dtype != dtype:
+            tensor.copy_(tensor.to(dtype))
 
 
 def square_norm(tensor: Tensor) -> Tensor:
