@@ -8,8 +8,11 @@ traceback).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
+import sys
 import tempfile
 import traceback
 from collections.abc import Callable
@@ -21,6 +24,8 @@ import typer
 from hetc import __version__
 
 EXIT_INVALID, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 1, 2, 4, 70
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE: what a Unix tool exits with when its reader closes the pipe."""
 """Exit 3 (infeasible) comes from `solver.report.run_plan_command`, which returns it."""
 
 app = typer.Typer(
@@ -91,6 +96,12 @@ def _guarded(command: F) -> F:
             raise typer.Exit(EXIT_ENVIRONMENT) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+        except BrokenPipeError:
+            # the reader went away (`hetc plan ... | head`): stop quietly, as Unix tools do;
+            # stdout is pointed at /dev/null so that the interpreter's final flush is silent
+            with contextlib.suppress(OSError, ValueError):  # io.UnsupportedOperation too
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(EXIT_BROKEN_PIPE) from None
         except Exception as exc:
             with tempfile.NamedTemporaryFile(
                 "w", prefix="hetc-crash-", suffix=".txt", delete=False
