@@ -5,7 +5,8 @@ loopback) the links between two "nodes" in two zones of one region, priced as me
 The real runs check the profile against what it must hold whatever the machine's speed:
 the sizes asked for, positive rates that grow with the message (loopback is latency-bound at
 4 KiB), the one pair's link entry equal to its class fit, and `LinkPricer` naming the
-measured fact for a hop between those zones and the spec's for a hop to another region."""
+measured fact for a hop between those zones and the spec's for a hop to another region.
+Mutation check done: `points.merged` dropping the file's links fails the two merging tests."""
 
 from __future__ import annotations
 
@@ -168,7 +169,7 @@ def test_the_writer_files_what_the_pairs_measured_and_keeps_what_the_file_held(
             earlier,
             network={"inter_node": {"p2p": {1: _fit(7e9)}}},
             links=(old_link,),
-            meta={**earlier.meta, "inter_node": "an earlier run's note"},
+            meta={**earlier.meta, "inter_node.p2p[1]": "an earlier run's note"},
         ),
         output,
     )
@@ -184,7 +185,7 @@ def test_the_writer_files_what_the_pairs_measured_and_keeps_what_the_file_held(
                 fit=_fit(3e9),
             )
         ],
-        notes={"inter_zone": "the slowest pair", "links": "one entry holds both ways"},
+        notes={"inter_zone.p2p[2]": "the slowest pair"},
     )
     fake = _under_torchrun(monkeypatch, filed)
     result = _measure(spec, output, "--zone", "zone-a", "--microbatch", "2", "--tp", "1")
@@ -201,8 +202,8 @@ def test_the_writer_files_what_the_pairs_measured_and_keeps_what_the_file_held(
         ("zone-c", "OTHER-CPU"),
         ("zone-b", "LOCAL-CPU"),
     ]
-    assert profile.meta["inter_node"] == "an earlier run's note"
-    assert profile.meta["inter_zone"] == "the slowest pair"
+    assert profile.meta["inter_node.p2p[1]"] == "an earlier run's note"
+    assert profile.meta["inter_zone.p2p[2]"] == "the slowest pair"
     assert "the links between nodes" in result.stderr
 
 
@@ -297,7 +298,8 @@ def test_two_nodes_in_two_zones_of_a_region_measure_their_link(tmp_path: Path) -
         assert (link.source, link.target, link.peer, link.fit) == (
             "zone-a", "zone-b", "LOCAL-CPU", fit
         )  # fmt: skip
-    assert "of 1 pair(s)" in str(profile.meta["inter_zone"])
+    assert "slowest peak of 1 node pair(s)" in str(profile.meta["inter_zone.p2p[2]"])
+    assert "zone-a" in str(profile.meta["links[zone-a -> zone-b, LOCAL-CPU, 1 per node]"])
     typed = load(spec)
     zones = {z.name: z for z in typed.zones}
     ends = [End(zones[z], "LOCAL-CPU", 1e10) for z in ("zone-a", "zone-b", "zone-c")]

@@ -5,7 +5,8 @@ where each pair's fit is filed in each device's profile, against a cluster laid 
 
 Mutation checks done (each made a test here fail, then restored): `_slowest` keeping the
 fastest peak; `pair_seconds` taking the fastest rank of a repeat; `rounds` without rotating
-the seats; `file_pairs` filing a pair of two devices as a class fit."""
+the seats; `file_pairs` filing a pair of two devices as a class fit, or a link of one device
+between zones in node order rather than by zone name."""
 
 from __future__ import annotations
 
@@ -205,11 +206,19 @@ def test_each_pair_is_filed_by_the_class_of_its_zones_and_devices() -> None:
         ("a", "c", "V100", 2, 1e9),
         ("b", "c", "V100", 2, 4e9),
     ]
-    assert "node 1 (h1, a) <-> node 2 (h2, b), of 2 pair(s)" in filed.notes["inter_zone"]
-    assert (
-        "a -> b, A100, 2 per node: 2 pairs; a -> c, V100, 2 per node: 2 pairs"
-        in (filed.notes["links"])
+    assert filed.notes["inter_zone.p2p[2]"].endswith(
+        "the slowest peak of 2 node pair(s), node 1 (h1, a) <-> node 2 (h2, b)"
     )
+    assert filed.notes["links[a -> c, V100, 2 per node]"].endswith(
+        "the slowest peak of 2 node pair(s), node 0 (h0, a) <-> node 3 (h3, c)"
+    )
+    assert sorted(filed.notes) == [
+        "inter_node.p2p[2]",
+        "inter_zone.p2p[2]",
+        "links[a -> b, A100, 2 per node]",
+        "links[a -> c, V100, 2 per node]",
+        "links[b -> c, V100, 2 per node]",
+    ]
     other = file_pairs(cluster, "V100", fits)
     assert other.network == {}
     assert [(li.source, li.target, li.peer, li.fit.peak) for li in other.links] == [

@@ -27,7 +27,9 @@ two zones and their regions), and across zones a `network.links` entry between t
 zones; a pair of the device with another device gives only a link, with `peer` the other
 device (a class fit is of the device at both ends). Where several pairs measure one class or
 one link, the slowest peak is kept, as the importer of Sailor's measurements does, and the
-profile's `meta` says which pair it was.
+profile's `meta` says, per fit and per link (`inter_zone.p2p[2]`, `links[a -> b, A100, 2 per
+node]`), which pair it was of how many, so that a note stays with its fit when a later run
+replaces some fits and keeps others.
 """
 
 from __future__ import annotations
@@ -398,33 +400,24 @@ def file_pairs(
         for k, fit in by_flows.items():
             named.setdefault((ends[0], ends[1], far.device, k), []).append((fit, near, far))
     filed = Filed()
-    picks: dict[str, list[str]] = {}
     for (scope, k), found in sorted(classes.items()):
         fit, a, b = _slowest(found)
         filed.network.setdefault(scope, {}).setdefault("p2p", {})[k] = fit
-        picks.setdefault(scope, []).append(
-            f"{k} per node: {a.label()} <-> {b.label()}, of {len(found)} pair(s)"
+        filed.notes[f"{scope}.p2p[{k}]"] = (
+            f"p2p {SCOPE_WORDS[scope]}, {k} device(s) per node sending at once, measured under"
+            f" torchrun: the slowest peak of {len(found)} node pair(s), {a.label()} <->"
+            f" {b.label()}"
         )
-    for scope, chosen in picks.items():
-        filed.notes[scope] = (
-            f"p2p {SCOPE_WORDS[scope]}, measured under torchrun, keyed by devices per node"
-            f" sending at once; the slowest peak measured is kept ({'; '.join(chosen)})"
-        )
-    several = []
     for (source, target, peer, k), found in sorted(named.items()):
-        fit, _, _ = _slowest(found)
+        fit, a, b = _slowest(found)
         filed.links.append(
             MeasuredLink(
                 source=source, target=target, peer=peer, collective="p2p", devices=k, fit=fit
             )
         )
-        if len(found) > 1:
-            several.append(f"{source} -> {target}, {peer}, {k} per node: {len(found)} pairs")
-    if filed.links:
-        filed.notes["links"] = (
-            "measured under torchrun by a ping-pong, so one entry holds both ways; where"
-            " several node pairs measured one link, the slowest peak is kept"
-            + (f" ({'; '.join(several)})" if several else "")
+        filed.notes[f"links[{source} -> {target}, {peer}, {k} per node]"] = (
+            "measured under torchrun by a ping-pong, so it holds both ways: the slowest peak"
+            f" of {len(found)} node pair(s), {a.label()} <-> {b.label()}"
         )
     return filed
 
