@@ -124,7 +124,7 @@ def run_measure_command(
     except _Refused as refused:
         if world > 1 and network:  # the other nodes wait for this one in the exchange
             problem = (_plain(str(refused)), refused.code, refused.to_fix)
-            refusal = between_nodes(_rank(problem=problem), _regions(spec), world=world, echo=echo)
+            refusal = _join(_rank(problem=problem), spec, world, echo)
             assert isinstance(refusal, int)  # a node's refusal refuses every node
             return refusal
         echo(f"hetc: {refused}", err=True)
@@ -135,7 +135,10 @@ def run_measure_command(
     filed = Filed()
     if world > 1 and messages:
         flows = [t for t in sorted({*degrees, local_world}) if t <= local_world]
-        found = _between(spec, name, node, where, output, echo, flows, messages, warmup, repeats)
+        found = _between(
+            spec, name, node, where, output, echo, flows=flows, sizes=messages, warmup=warmup,
+            repeats=repeats, processes=max(*degrees, group),
+        )  # fmt: skip
         if isinstance(found, int):
             return found
         filed = found
@@ -340,14 +343,18 @@ def _between(
     zone: str | None,
     output: Path,
     echo: Echo,
+    *,
     flows: Sequence[int],
     sizes: Sequence[int],
     warmup: int,
     repeats: int,
+    processes: int,
 ) -> Filed | int:
     """Under torchrun: this node's part in timing the links between the nodes
     (`hetc.profiler.cluster`); what this process files in its device's profile, or its exit
-    code. Its machine's problems and its `-o`'s (where its node writes) refuse every node."""
+    code. Its machine's problems, and where its node writes the profile, its `-o`'s and the
+    devices its own measurement needs (`processes`), refuse every node before the links are
+    timed rather than after."""
     _, world, _, local_rank, local_world = identity()
     cuda = spec.devices[name].kind == "gpu"
     problem = None
@@ -359,6 +366,7 @@ def _between(
     if local_rank == 0:
         try:
             _check_folder(output)
+            _check_devices(name, cuda, processes)
             _readable(output, spec, name)
         except _Refused as refused:
             output_problem = (_plain(str(refused)), refused.code, refused.to_fix)
@@ -377,6 +385,10 @@ def _between(
         problem=problem,
         output_problem=output_problem,
     )
+    return _join(me, spec, world, echo)
+
+
+def _join(me: Rank, spec: Spec, world: int, echo: Echo) -> Filed | int:
     try:
         return between_nodes(me, _regions(spec), world=world, echo=echo)
     except GroupFailed as exc:
