@@ -419,6 +419,14 @@ def profile_measure(
     spec: Annotated[Path, typer.Argument(help="The spec whose model to profile.")],
     device: Annotated[str, typer.Option("--device", help="The spec's device this machine has.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="The profile file to write.")],
+    zone: Annotated[
+        str | None,
+        typer.Option(
+            "--zone",
+            help="The spec's zone this node is in (default: $HETC_ZONE, else the spec's only"
+            " zone); under torchrun, where the links between nodes are filed.",
+        ),
+    ] = None,
     microbatch: Annotated[
         str | None,
         typer.Option(
@@ -490,6 +498,7 @@ def profile_measure(
         device,
         output,
         echo=typer.echo,
+        zone=zone,
         microbatch=microbatch,
         tp=tp,
         warmup=warmup,

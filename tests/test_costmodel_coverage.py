@@ -145,8 +145,9 @@ def _mixed_plan() -> Plan:
 def test_every_term_of_a_mixed_plan_is_listed(tmp_path: Path) -> None:
     """The list written by hand: CPU-A timed at (2, TP 1) only, so TP 2's times and memory
     are formulas; its ring inside a node is measured (point-to-point fit); the z1 -> z2 hop is
-    a link between zones, which no profile measures; every hop to CPU-B's node crosses
-    regions between two devices; CPU-B has no profile at all."""
+    a link between zones its profile did not measure; every hop to CPU-B's node crosses
+    regions between two devices; CPU-B has no profile at all. Links between zones or devices
+    are measured by the command under torchrun."""
     spec = _spec(tmp_path)
     found = plan_coverage(spec, [_profile({2: (1,)})], _mixed_plan())
     point = "microbatch 2 at TP 2 not measured"
@@ -156,14 +157,14 @@ def test_every_term_of_a_mixed_plan_is_listed(tmp_path: Path) -> None:
         Fallback(
             device="CPU-A",
             term="links between zones",
-            missing="the spec's network figure (no profile measures it)",
-            fix=NOTHING,
+            missing="not measured",
+            fix=TORCHRUN,
         ),
         Fallback(
             device="CPU-A / CPU-B",
             term="links between regions",
             missing="the spec's network figure (nodes of two devices)",
-            fix=NOTHING,
+            fix=TORCHRUN,
         ),
         Fallback(device="CPU-B", term="activation memory", missing="no profile", fix=MEASURE),
         Fallback(device="CPU-B", term="layer times", missing="no profile", fix=MEASURE),
@@ -291,6 +292,23 @@ def test_fix_lines_name_the_commands_that_measure_the_rest(tmp_path: Path) -> No
     assert "torchrun --nnodes 2" in lines[2]
     assert lines[3].startswith("no hetc command measures CPU-A: links between zones")
     assert coverage_lines([]) == ["every term measured"]
+
+
+def test_fix_lines_name_each_node_zone_for_links_between_zones_or_devices() -> None:
+    """A link between zones needs each node's --zone; one between two devices, each node's
+    own --device and -o too."""
+    found = [
+        Fallback(device="CPU-A", term="links between zones", missing="x", fix=TORCHRUN),
+        Fallback(device="CPU-A / CPU-B", term="links between nodes", missing="x", fix=TORCHRUN),
+    ]
+    lines = fix_lines(found, "spec.yaml", [_profile({1: (1,)})])
+    assert lines[0].startswith("on two nodes of the device: torchrun --nnodes 2")
+    assert lines[0].endswith("profile measure spec.yaml --device CPU-A -o a.json --zone ITS-ZONE")
+    assert lines[1].startswith("on a node of each device: torchrun")
+    assert lines[1].endswith(
+        "--device CPU-A -o a.json --zone ITS-ZONE (on the CPU-B node: --device CPU-B"
+        " -o cpu-b.json --zone ITS-ZONE)"
+    )
 
 
 # -- the planner restricted to measured points ------------------------------------------------

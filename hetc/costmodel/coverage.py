@@ -44,7 +44,8 @@ TERMS = (
 )
 MEASURE, TORCHRUN, NOTHING = "measure", "torchrun", ""
 """How a missing term could be measured: `hetc profile measure` on one node of the device;
-the same command started by torchrun on two nodes; no hetc command measures it."""
+the same command started by torchrun on two nodes (each naming its zone where the link
+crosses zones, and its own device); no hetc command measures it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True, order=True)
@@ -113,20 +114,38 @@ def fix_lines(
 ) -> list[str]:
     """What would cover `fallbacks`: per device the `hetc profile measure` command (into its
     profile's file, where it keeps the points already measured), the torchrun form where the
-    link between nodes must be measured on two nodes, and what no command measures."""
+    link between nodes must be measured on two nodes (with each node's zone where the link
+    crosses zones or joins two devices), and what no command measures."""
     files = {p.device: p.source for p in profiles}
     lines: list[str] = []
     devices = sorted({f.device for f in fallbacks if f.fix == MEASURE})
     for device in devices:
         output = files.get(device) or f"{device.lower()}.json"
         lines.append(f"hetc profile measure {spec_file} --device {device} -o {output}")
-    for device in sorted({f.device for f in fallbacks if f.fix == TORCHRUN}):
-        output = files.get(device) or f"{device.lower()}.json"
-        lines.append(
-            "on two nodes of the device: torchrun --nnodes 2 --nproc-per-node 1"
-            " --rdzv-backend c10d --rdzv-endpoint HOST:29500 $(which hetc) profile measure"
-            f" {spec_file} --device {device} -o {output}"
+    torchrun: defaultdict[str, set[str]] = defaultdict(set)
+    for f in fallbacks:
+        if f.fix == TORCHRUN:
+            torchrun[f.device].add(f.term)
+    for device, terms in sorted(torchrun.items()):
+        # A link between zones, or between two devices, is filed by the nodes' zone names.
+        devices = device.split(" / ")
+        named = len(devices) > 1 or terms != {"links between nodes"}
+        command = (
+            "torchrun --nnodes 2 --nproc-per-node N --rdzv-backend c10d --rdzv-endpoint"
+            f" HOST:29500 $(which hetc) profile measure {spec_file}"
         )
+        ends = [
+            f"--device {d} -o {files.get(d) or f'{d.lower()}.json'}"
+            + (" --zone ITS-ZONE" if named else "")
+            for d in devices
+        ]
+        if len(devices) == 1:
+            lines.append(f"on two nodes of the device: {command} {ends[0]}")
+        else:
+            lines.append(
+                f"on a node of each device: {command} {ends[0]} (on the {devices[1]} node:"
+                f" {ends[1]})"
+            )
     unmeasurable = [f"{f.device}: {f.term}" for f in fallbacks if f.fix == NOTHING]
     if unmeasurable:
         lines.append(
@@ -225,12 +244,11 @@ def _hop_fallback(
     term = _TERMS_BETWEEN[scope]
     if a != b:
         pair = " / ".join(sorted({a, b}))
-        return [((pair, term, NOTHING), "the spec's network figure (nodes of two devices)")]
-    if scope != "inter_node":
-        return [((a, term, NOTHING), "the spec's network figure (no profile measures it)")]
+        return [((pair, term, TORCHRUN), "the spec's network figure (nodes of two devices)")]
     # A CPU device's "nodes" in a local run are processes of one host: `hetc profile
-    # measure` measures their link over loopback; a GPU's needs two real nodes.
-    fix = MEASURE if spec.devices[a].kind == "cpu" else TORCHRUN
+    # measure` measures their link over loopback; a GPU's, or one between zones, needs two
+    # real nodes.
+    fix = MEASURE if spec.devices[a].kind == "cpu" and scope == "inter_node" else TORCHRUN
     return [((a, term, fix), "no profile" if a not in pricer.profiles else "not measured")]
 
 

@@ -110,23 +110,17 @@ def sweep(
 
 
 def fits(
-    medians: dict[str, list[float]],
-    sizes: Sequence[int],
-    devices: int,
-    *,
-    per_node: int | None = None,
+    medians: dict[str, list[float]], sizes: Sequence[int], devices: int
 ) -> dict[str, dict[int, BandwidthFit]]:
-    """collective -> key -> fit. Inside a node the key is the group size, and a point to
-    point transfer involves two devices whatever the node's size, so p2p is filed under 2.
-    Between nodes (`per_node` given) every fit is filed under the devices per node that took
-    part (the profile format's inter-node key)."""
+    """collective -> group size -> fit of the collectives inside a node: a point to point
+    transfer involves two devices whatever the node's size, so p2p is filed under 2."""
     found: dict[str, dict[int, BandwidthFit]] = {}
     for collective, seconds in medians.items():
         points = []
         for size, t in zip(sizes, seconds, strict=True):
             moved = message_bytes(collective, size, devices)
             points.append((float(moved), bandwidth(collective, moved, devices, t)))
-        group = per_node if per_node is not None else 2 if collective == "p2p" else devices
+        group = 2 if collective == "p2p" else devices
         found[collective] = {group: fit_bandwidth(points)}
     return found
 

@@ -9,24 +9,27 @@ progress display (`progress`) and an optional time budget, the node's collective
 CPU device, the link between two nodes over loopback (`steps`); and writes the profile,
 atomically, with what it measured and what the file held.
 
-Started by torchrun on several nodes, one process per node (`WORLD_SIZE` > 1 in the
-environment), every process first times the collectives between the nodes over torchrun's
-process group (`network.inter_node`, keyed 1: one device per node took part); then rank 0
-measures its node as above and writes the profile, and the others stop.
+Started by torchrun on several nodes (`WORLD_SIZE` > 1 in the environment), n processes per
+node, every process first takes part in timing the links between every two nodes
+(`hetc.profiler.cluster`; which pairs and where their fits are filed: `hetc.profiler.pairs`).
+Each node names its zone (`--zone`, `$HETC_ZONE`) and its device (`--device`); the first node
+of each device then measures itself as above and writes that device's profile into its `-o`,
+and the other processes stop. A refusal on any node refuses every node, with the same lines.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from hetc.costmodel.profile import (
-    BandwidthFit,
     LayerProfile,
     ProfileError,
     read_profile,
@@ -36,7 +39,9 @@ from hetc.emit.compile import training_record
 from hetc.emit.deepspeed import ConfigKey, deepspeed_config
 from hetc.plan.topology import BatchTriple
 from hetc.profiler import collectives
+from hetc.profiler.cluster import between_nodes, identity
 from hetc.profiler.layers import LayerTask
+from hetc.profiler.pairs import Filed, Rank
 from hetc.profiler.points import (
     identity_problem,
     merged,
@@ -49,7 +54,6 @@ from hetc.profiler.steps import (
     ATTENTION,
     Measured,
     build_profile,
-    measure_inter_node,
     measure_intra_node,
     measure_layer_points,
     measure_loopback,
@@ -86,6 +90,7 @@ def run_measure_command(
     output: Path,
     *,
     echo: Echo,
+    zone: str | None = None,
     microbatch: str | None = None,
     tp: str | None = None,
     warmup: int = 3,
@@ -100,12 +105,15 @@ def run_measure_command(
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """Measure what the output file lacks and write the profile; returns the exit code (0
-    written or nothing to measure, 1 a device, model, TP degree or output file the spec
-    cannot use, 2 a malformed option, 4 this machine cannot measure it). `terminal`: stderr
-    is a terminal, so progress is one bar redrawn in place. `clock` times the budget."""
+    written or nothing to measure, 1 a device, zone, model, TP degree or output file the spec
+    cannot use, 2 a malformed option, 4 this machine cannot measure it). `zone`: the spec's
+    zone this node is in (None: `$HETC_ZONE`, else the spec's only zone, else unnamed).
+    `terminal`: stderr is a terminal, so progress is one bar redrawn in place. `clock` times
+    the budget."""
     began = clock()
+    rank, world, _, _, local_world = identity()
     try:
-        name, node = _device(spec, device)
+        name, node, where = _placed(spec, spec_path, device, zone)
         config = _model(spec)
         planned_micro, planned_tp = planner_points(spec, name)
         microbatches = (
@@ -113,19 +121,27 @@ def run_measure_command(
         )
         degrees = _degrees(config, node, name, tp, planned_tp)
         messages = _sizes(sizes) if network else ()
-        group = network_devices if network_devices is not None else node
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 and os.environ.get("LOCAL_WORLD_SIZE", "1") != "1":
-            raise _Refused(
-                "started by torchrun with several processes per node: run one per node"
-                " (torchrun --nproc-per-node 1); each measures its own node's devices itself",
-                EXIT_USAGE,
-            )
     except _Refused as refused:
+        if world > 1 and network:  # the other nodes wait for this one in the exchange
+            problem = (_plain(str(refused)), refused.code, refused.to_fix)
+            refusal = _join(_rank(problem=problem), spec, world, echo)
+            assert isinstance(refusal, int)  # a node's refusal refuses every node
+            return refusal
         echo(f"hetc: {refused}", err=True)
         return refused.code
+    group = network_devices if network_devices is not None else node
     cuda = spec.devices[name].kind == "gpu"
     loopback = _loopback_flows(cuda, messages, world, degrees, node)
+    filed = Filed()
+    if world > 1 and messages:
+        flows = [t for t in sorted({*degrees, local_world}) if t <= local_world]
+        found = _between(
+            spec, name, node, where, output, echo, flows=flows, sizes=messages, warmup=warmup,
+            repeats=repeats, processes=max(*degrees, group),
+        )  # fmt: skip
+        if isinstance(found, int):
+            return found
+        filed = found
     _check_machine(name, cuda, max(degrees), group if messages else 1, output)
     if threads is None and not cuda:
         # As `python -m hetc.runtime`: one thread per rank unless OpenMP is told otherwise.
@@ -133,13 +149,11 @@ def run_measure_command(
         threads = int(given) if given.isdigit() and int(given) > 0 else 1
     per_rank = threads if threads is not None else torch.get_num_threads()
     environment = current_environment(cuda=cuda, threads=per_rank)
-    writer = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 writes
+    if world > 1 and not messages and rank != 0:
+        echo("hetc: --no-network: rank 0 measures its node and writes the profile", err=True)
+        return 0
     try:
-        existing = (
-            _existing(output, spec, name, environment, remeasure=remeasure, echo=echo)
-            if writer
-            else None
-        )
+        existing = _existing(output, spec, name, environment, remeasure=remeasure, echo=echo)
     except _Refused as refused:
         echo(str(refused), err=True)
         echo(f"To fix: {refused.to_fix}", err=True)
@@ -147,12 +161,7 @@ def run_measure_command(
     todo = missing_points(existing, microbatches, degrees)
     intra = bool(messages) and group >= 2 and not _has_intra_node(existing, group)
     loopback = [n for n in loopback if not _has_inter_node(existing, n)]
-    between: dict[str, dict[int, BandwidthFit]] = {}
-    if world > 1 and messages:
-        between = measure_inter_node(messages, warmup, repeats, cuda, echo)
-        if not writer:
-            echo("hetc: inter-node collectives measured; rank 0 writes the profile", err=True)
-            return 0
+    between = bool(filed.network or filed.links)
     total = len(todo) + intra + bool(loopback)
     held = "" if existing is None else f"; {output} holds {len(existing.points())} point(s) already"
     echo(
@@ -168,9 +177,7 @@ def run_measure_command(
     if not cuda:
         _warn_oversubscribed(max(degrees) * per_rank, "the largest TP degree", echo)
         _warn_oversubscribed(2 * max(loopback, default=0) * per_rank, "the loopback link", echo)
-    measured = Measured()
-    if between:
-        measured.network["inter_node"] = between
+    measured = Measured(network=filed.network, links=filed.links)
     progress = Progress(echo, total, terminal=terminal, clock=clock)
 
     def go() -> bool:
@@ -186,17 +193,20 @@ def run_measure_command(
             )
             complete = go() or not loopback
         if complete and loopback:
-            found = measure_loopback(messages, loopback, warmup, repeats, per_rank, progress)
-            measured.network.setdefault("inter_node", {}).update(found["inter_node"])
+            found_loopback = measure_loopback(
+                messages, loopback, warmup, repeats, per_rank, progress
+            )
+            measured.network.setdefault("inter_node", {}).update(found_loopback["inter_node"])
     except (GroupFailed, torch.cuda.OutOfMemoryError) as exc:
         failure = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         complete = False
     finally:
         progress.close()
-    new = build_profile(
-        spec, name, measured, environment, meta(spec, per_rank, warmup, repeats, cuda)
+    facts = {**meta(spec, per_rank, warmup, repeats, cuda), **filed.notes}
+    new = build_profile(spec, name, measured, environment, facts)
+    wrote = bool(measured.count() or measured.network or measured.links) and _write(
+        merged(existing, new), output
     )
-    wrote = bool(measured.count() or measured.network) and _write(merged(existing, new), output)
     if failure is not None:
         echo(f"hetc: measuring failed: {failure}", err=True)
         echo(
@@ -226,7 +236,7 @@ def run_measure_command(
         + (f", {len(existing.points())} kept" if existing is not None else "")
         + f", {spec.model.layers + 2} layers each"
         + (", collectives inside a node" if intra and "intra_node" in measured.network else "")
-        + (", the link between nodes" if "inter_node" in measured.network else "")
+        + (", the links between nodes" if between or "inter_node" in measured.network else "")
         + f" ({clock() - began:.1f} s)"
     )
     echo(summary, err=True)
@@ -289,6 +299,23 @@ def _existing(
     """The profile in `output` whose points can be kept, or None (no file, `remeasure`, or
     measured otherwise: a warning says how). Refused: a file that is not a profile hetc
     reads, or that profiles another model, device, precision or sequence length."""
+    existing = _readable(output, spec, name)
+    if existing is None or remeasure:
+        return None
+    differences = reuse_differences(existing, settings(spec), environment)
+    if differences:
+        echo(
+            f"hetc: warning: {output} was measured differently: {'; '.join(differences)}:"
+            " measuring every point again",
+            err=True,
+        )
+        return None
+    return existing
+
+
+def _readable(output: Path, spec: Spec, name: str) -> LayerProfile | None:
+    """The profile `output` holds, or None (no file); refused: a file hetc cannot read, or
+    the profile of another model, device, precision or sequence length."""
     if not output.exists():
         return None
     try:
@@ -306,17 +333,94 @@ def _existing(
             EXIT_INVALID,
             f"pass another -o, or remove {output} to replace it",
         )
-    if remeasure:
-        return None
-    differences = reuse_differences(existing, settings(spec), environment)
-    if differences:
+    return existing
+
+
+def _between(
+    spec: Spec,
+    name: str,
+    node: int,
+    zone: str | None,
+    output: Path,
+    echo: Echo,
+    *,
+    flows: Sequence[int],
+    sizes: Sequence[int],
+    warmup: int,
+    repeats: int,
+    processes: int,
+) -> Filed | int:
+    """Under torchrun: this node's part in timing the links between the nodes
+    (`hetc.profiler.cluster`); what this process files in its device's profile, or its exit
+    code. Its machine's problems, and where its node writes the profile, its `-o`'s and the
+    devices its own measurement needs (`processes`), refuse every node before the links are
+    timed rather than after."""
+    _, world, _, local_rank, local_world = identity()
+    cuda = spec.devices[name].kind == "gpu"
+    problem = None
+    try:
+        _check_devices(name, cuda, local_world)
+    except EnvironmentProblem as exc:
+        problem = (exc.what, EXIT_ENVIRONMENT, exc.to_fix)
+    output_problem = None
+    if local_rank == 0:
+        try:
+            _check_folder(output)
+            _check_devices(name, cuda, processes)
+            _readable(output, spec, name)
+        except _Refused as refused:
+            output_problem = (_plain(str(refused)), refused.code, refused.to_fix)
+        except EnvironmentProblem as exc:
+            output_problem = (exc.what, EXIT_ENVIRONMENT, exc.to_fix)
+    me = _rank(
+        device=name,
+        kind=spec.devices[name].kind,
+        zone=zone,
+        devices=node,
+        flows=tuple(flows),
+        sizes=tuple(sizes),
+        warmup=warmup,
+        repeats=repeats,
+        output=str(output.resolve()),
+        problem=problem,
+        output_problem=output_problem,
+    )
+    return _join(me, spec, world, echo)
+
+
+def _join(me: Rank, spec: Spec, world: int, echo: Echo) -> Filed | int:
+    try:
+        return between_nodes(me, _regions(spec), world=world, echo=echo)
+    except GroupFailed as exc:
+        echo(f"hetc: measuring failed: {exc}", err=True)
         echo(
-            f"hetc: warning: {output} was measured differently: {'; '.join(differences)}:"
-            " measuring every point again",
+            "To fix: check that every node's torchrun is running and that the nodes reach each"
+            " other, then run the same command on every node again",
             err=True,
         )
-        return None
-    return existing
+        return EXIT_ENVIRONMENT
+
+
+def _rank(**fields: Any) -> Rank:
+    """What this process tells the others (`pairs.Rank`)."""
+    rank, _, node, local_rank, local_world = identity()
+    return Rank(
+        rank=rank,
+        node=node,
+        local_rank=local_rank,
+        local_world=local_world,
+        host=socket.gethostname(),
+        **fields,
+    )
+
+
+def _regions(spec: Spec) -> dict[str, str]:
+    return {z.name: z.region for z in spec.zones}
+
+
+def _plain(message: str) -> str:
+    """A refusal's text without the leading `hetc: ` (a node's name goes there)."""
+    return message.removeprefix("hetc: ")
 
 
 def _has_intra_node(existing: LayerProfile | None, devices: int) -> bool:
@@ -405,8 +509,13 @@ def _rerun(
     return " ".join(words)
 
 
-def _device(spec: Spec, device: str) -> tuple[str, int]:
-    """The spec's canonical device name and its pools' node size."""
+def _placed(
+    spec: Spec, spec_path: Path, device: str, zone: str | None
+) -> tuple[str, int, str | None]:
+    """The spec's canonical device name, its node size, and the zone this node is in:
+    `zone`, else `$HETC_ZONE`, else the spec's only zone, else None (not named). A named zone
+    must be the spec's and hold a pool of the device; the node size is its pools' (else the
+    largest of the device's pools)."""
     name = next((d for d in spec.devices if d.casefold() == device.casefold()), None)
     if name is None:
         raise _Refused(
@@ -414,8 +523,29 @@ def _device(spec: Spec, device: str) -> tuple[str, int]:
             f" {', '.join(spec.devices)}){did_you_mean(device, list(spec.devices))}",
             EXIT_INVALID,
         )
-    nodes = [p.gpus_per_node for z in spec.zones for p in z.pools if p.device == name]
-    return name, max(nodes)
+    source = "--zone"
+    if zone is None and os.environ.get("HETC_ZONE"):
+        zone, source = os.environ["HETC_ZONE"], "$HETC_ZONE"
+    names = [z.name for z in spec.zones]
+    if zone is None and len(names) == 1:
+        zone = names[0]
+    pools = [(z, p) for z in spec.zones for p in z.pools if p.device == name]
+    if zone is None:
+        return name, max(p.gpus_per_node for _, p in pools), None
+    if zone not in names:
+        raise _Refused(
+            f"{source} {zone!r} is not a zone of {spec_path} (its zones: {', '.join(names)})"
+            f"{did_you_mean(zone, names)}",
+            EXIT_INVALID,
+        )
+    sizes = [p.gpus_per_node for z, p in pools if z.name == zone]
+    if not sizes:
+        raise _Refused(
+            f"{source} {zone!r}: the zone has no pool of {name} in {spec_path} (zones with"
+            f" {name}: {', '.join(sorted({z.name for z, _ in pools}))})",
+            EXIT_INVALID,
+        )
+    return name, max(sizes), zone
 
 
 def _model(spec: Spec) -> ModelConfig:
@@ -489,11 +619,19 @@ def _sizes(text: str | None) -> tuple[int, ...]:
 
 def _check_machine(name: str, cuda: bool, processes: int, devices: int, output: Path) -> None:
     """What this machine must offer; checked before minutes of measuring."""
+    _check_folder(output)
+    _check_devices(name, cuda, max(processes, devices))
+
+
+def _check_folder(output: Path) -> None:
     if not output.parent.is_dir():
         raise EnvironmentProblem(
             f"cannot write {output}: {output.parent} is not a directory",
             "create the directory, or pass another -o",
         )
+
+
+def _check_devices(name: str, cuda: bool, needed: int) -> None:
     if not cuda:
         return
     if not torch.cuda.is_available():
@@ -502,10 +640,10 @@ def _check_machine(name: str, cuda: bool, processes: int, devices: int, output: 
             f"run on a machine with {name} GPUs and a CUDA build of torch",
         )
     count = torch.cuda.device_count()
-    if max(processes, devices) > count:
+    if needed > count:
         raise EnvironmentProblem(
-            f"the measurement needs {max(processes, devices)} GPUs; this machine has {count}",
-            "ask for less with --tp and --network-devices",
+            f"the measurement needs {needed} GPUs; this machine has {count}",
+            "ask for less with --tp, --network-devices or torchrun's --nproc-per-node",
         )
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.costmodel.profile import LayerMemory, LayerProfile, Network
+from hetc.costmodel.profile import LayerMemory, LayerProfile, MeasuredLink, Network
 from hetc.plan.environment import environment_differences
 from hetc.schema.spec import Spec
 
@@ -96,8 +96,10 @@ def missing_points(
 
 
 def merged(existing: LayerProfile | None, new: LayerProfile) -> LayerProfile:
-    """`new` with every point, memory entry and network fit of `existing` it does not have
-    (`new` wins where both have one); `new`'s environment and meta."""
+    """`new` with every point, memory entry, network fit and link of `existing` it does not
+    have (`new` wins where both have one: a link is one per zone pair, peer device and
+    devices per node); `new`'s environment, and `existing`'s meta entries under `new`'s (the
+    notes on how a kept fit was measured stay)."""
     if existing is None:
         return new
     times = {m: dict(by_tp) for m, by_tp in existing.times.items()}
@@ -125,11 +127,19 @@ def merged(existing: LayerProfile | None, new: LayerProfile) -> LayerProfile:
     for scope, by_collective in new.network.items():
         for collective, fits in by_collective.items():
             network.setdefault(scope, {}).setdefault(collective, {}).update(fits)
+    fresh = {_link_key(link) for link in new.links}
+    links = tuple(link for link in existing.links if _link_key(link) not in fresh) + new.links
     return replace(
         new,
         times=times,
         memory=memory,
         peak_bytes=peaks,
         network=network,
+        links=links,
         out_of_memory={m: tps for m, tps in out_of_memory.items() if tps},
+        meta={**existing.meta, **new.meta},
     )
+
+
+def _link_key(link: MeasuredLink) -> tuple[str, str, str, str, int]:
+    return (link.source, link.target, link.peer.casefold(), link.collective, link.devices)

@@ -6,24 +6,23 @@ runs out of memory ends its degree, and every larger microbatch size of that deg
 recorded as out of memory too (it holds more). After each point the caller's `go` decides
 whether to measure the next, which is how `--budget` stops after the point in progress.
 Then the collectives inside a node, and for a CPU device the link between two nodes over
-loopback (`collectives.loopback_sweep`).
+loopback (`collectives.loopback_sweep`). The links between nodes under torchrun are
+`hetc.profiler.cluster`'s.
 """
 
 from __future__ import annotations
 
-import os
 import platform
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 import hetc
-from hetc.costmodel.profile import BandwidthFit, LayerMemory, LayerProfile, Network
+from hetc.costmodel.profile import BandwidthFit, LayerMemory, LayerProfile, MeasuredLink, Network
 from hetc.profiler import collectives
 from hetc.profiler.layers import KINDS, LayerTask, RankMeasurement, measure_points
 from hetc.profiler.progress import Progress
@@ -45,6 +44,8 @@ class Measured:
     out_of_memory: dict[int, set[int]] = field(default_factory=dict)
     """microbatch -> TP degrees that ran out of memory."""
     network: Network = field(default_factory=dict)
+    links: list[MeasuredLink] = field(default_factory=list)
+    """Links measured between named zones (`network.links`)."""
 
     def count(self) -> int:
         return sum(len(p) for p in self.points.values()) + sum(
@@ -167,29 +168,6 @@ def measure_loopback(
     return {"inter_node": {"p2p": found}}
 
 
-def measure_inter_node(
-    sizes: Sequence[int], warmup: int, repeats: int, cuda: bool, echo: Callable[..., None]
-) -> dict[str, dict[int, BandwidthFit]]:
-    """The collectives between the nodes torchrun started, one process on each: p2p between
-    ranks 0 and 1, all-reduce and all-gather over all of them."""
-    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", "0"))
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    echo(f"hetc: measuring the collectives between {world} nodes (rank {rank}) ...", err=True)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=GROUP_DEADLINE_S))
-    try:
-        seconds = collectives.sweep(
-            sizes, warmup=warmup, repeats=repeats, rank=rank, devices=world, cuda=cuda
-        )
-    finally:
-        dist.destroy_process_group()
-    found = collectives.fits(seconds, sizes, world, per_node=1)
-    for collective, by_key in found.items():
-        for fit in by_key.values():
-            echo(f"hetc: {collective} between {world} nodes: {fit_text(fit)}", err=True)
-    return found
-
-
 def _spread(layers: int, per_kind: Sequence[Any]) -> dict[int, Any]:
     """Profile layer index -> the measurement of its kind: 0 the embedding, 1..L the one block
     measured (the runtime's blocks are identical), L + 1 the output end."""
@@ -235,6 +213,7 @@ def build_profile(
         memory=memory,
         peak_bytes=peaks,
         network=measured.network,
+        links=tuple(measured.links),
         out_of_memory={m: frozenset(t) for m, t in measured.out_of_memory.items()},
         environment=environment,
         meta=meta,
