@@ -368,8 +368,14 @@ def _label(key: tuple[str, int, str]) -> str:
 def profile_difference(runtime: Path, loop: Path, steps: int, top: int) -> list[str]:
     """Lines: own time per step of the functions where the runtime spends more than the loop
     (same function in both: torch's kernels cancel), and each profile's total."""
-    mine = {k: v[2] / steps for k, v in pstats.Stats(str(runtime)).stats.items()}  # type: ignore[attr-defined]
-    theirs = {k: v[2] / steps for k, v in pstats.Stats(str(loop)).stats.items()}  # type: ignore[attr-defined]
+    mine, theirs = (
+        {
+            k: v[2] / steps
+            for k, v in pstats.Stats(str(path)).stats.items()  # type: ignore[attr-defined]
+            if not k[0].endswith("bench/runtime.py")  # this script's wrappers
+        }
+        for path in (runtime, loop)
+    )
     difference = {k: mine.get(k, 0.0) - theirs.get(k, 0.0) for k in {*mine, *theirs}}
     lines = [
         f"  profiled own time per step: runtime {sum(mine.values()) * 1e3:.2f} ms, loop"
@@ -388,7 +394,7 @@ def profile_path(args: argparse.Namespace, out: Path, work: Path) -> list[str]:
     """One more run of each loop, profiled over its timed steps; their difference."""
     runtime, loop = work / f"profile-{out.name}-runtime", work / f"profile-{out.name}-loop"
     command = _this("--profile-runtime", str(out), "--result", str(runtime), args=args)
-    env = _rank_env(args, out, work / f"run-{out.name}-profiled")
+    env = {**_rank_env(args, out, work / f"run-{out.name}-profiled"), "HETC_CPU_MEMORY_EVERY": "0"}
     _run([*command, "--warmup", str(args.warmup)], env, "the profiled runtime")
     command = _this(
         "--plain-loop", str(out), "--result", str(work / "plain-profiled.json"), args=args
@@ -438,10 +444,13 @@ def breakdown(name: str, runs: Runs, warmup: int) -> list[str]:
         if r.get("peak_bytes") is not None
     ]
     if tracked:
+        from hetc.runtime.train import CPU_MEMORY_EVERY
+
         extra = statistics.median(tracked) - _median(mine, "seconds")
         lines.append(
             f"{name}: a CPU-memory-tracked step (step 1) takes {extra * 1e3:+.1f} ms more;"
-            f" tracked every {50} steps that is {extra / 50 * 1e3:+.2f} ms per step (not timed)"
+            f" tracked every {CPU_MEMORY_EVERY} steps that is"
+            f" {extra / CPU_MEMORY_EVERY * 1e3:+.2f} ms per step (not timed)"
         )
     return lines
 

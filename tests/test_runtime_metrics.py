@@ -70,6 +70,23 @@ def test_clock_sections_and_idle_remainder() -> None:
     assert abs(spent["compute"] + spent["communication"] + spent["idle"] - spent["seconds"]) < 1e-9
 
 
+def test_clock_iterations_follow_without_a_gap() -> None:
+    """`finish` starts the next iteration: time between two iterations (the metrics write,
+    the checkpoint agreement) is the next one's idle time, and the iterations' seconds add
+    up to the wall time (mutation check: not restarting in `finish` makes the second
+    iteration count the first's 20 ms again, and this fails)."""
+    began = time.perf_counter()
+    clock = IterationClock()
+    with clock.section("compute"):
+        time.sleep(0.02)
+    first = clock.finish()
+    time.sleep(0.01)
+    second = clock.finish()
+    wall = time.perf_counter() - began
+    assert second["compute"] == 0.0 and 0.01 <= second["idle"] == second["seconds"]
+    assert first["seconds"] + second["seconds"] == pytest.approx(wall, abs=1e-3)
+
+
 def test_resident_bytes_is_positive() -> None:
     assert resident_bytes() > 10**6
 

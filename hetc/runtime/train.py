@@ -348,7 +348,7 @@ class StageTrainer:
     def train_step(self, step: int) -> float:
         """Run one iteration; returns the global batch's mean token loss (same on all ranks).
         `self.clock` holds where this rank's time went."""
-        clock = self.clock = IterationClock()
+        clock = self.clock
         if self.engine is None:
             for parameter in self.parameters.values():
                 parameter.grad = None
@@ -631,6 +631,7 @@ def train(trainer: StageTrainer, steps: int, *, start_step: int = 0) -> Iterator
     """Run `steps` iterations from `start_step`, yielding one record per iteration."""
     cuda = trainer.device.type == "cuda"
     every = int(os.environ.get("HETC_CPU_MEMORY_EVERY", CPU_MEMORY_EVERY))
+    trainer.clock = IterationClock()
     for step in range(start_step, start_step + steps):
         measured = step - start_step < 2 or (every > 0 and step % every == 0)
         tracking = not cuda and measured and every > 0
