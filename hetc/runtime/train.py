@@ -77,6 +77,18 @@ class TrainingError(RuntimeError):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Agreed:
+    """What every rank learns from an iteration's control all-reduce (`StageTrainer.agree`)."""
+
+    loss: float
+    """The global batch's mean token loss."""
+    overflow: bool
+    """fp16: some rank's gradient overflowed, so every rank skips the step."""
+    norm: float
+    """The global gradient norm (0 when not clipping)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Member:
     """Another process of the plan, as cluster.json lists it."""
 
@@ -275,6 +287,11 @@ class StageTrainer:
             )
         self.clip = float(self.deepspeed.get("gradient_clipping", 0.0))
         self.clock = IterationClock()
+        self.observe: Callable[[], Sequence[bool]] | None = None
+        """Flags every rank must agree on each iteration, read just before its control
+        all-reduce (`agree`): the checkpointer's (`Checkpointer.observe`)."""
+        self.agreed_flags: tuple[bool, ...] = ()
+        """Those flags after the last iteration's agreement: any rank's True is True."""
         self._sends: list[tuple[dist.Work, Tensor]] = []
         """Sends in flight, with their tensors (kept alive until the sends complete)."""
 
@@ -393,54 +410,77 @@ class StageTrainer:
             for work, _ in self._sends:
                 work.wait()
         self._sends.clear()
+        rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
         if self.engine is not None:
-            rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
             with clock.section("communication"):  # mostly ZeRO's reductions and gathers
-                self.engine.step(rate)
-                return self._global_loss(loss_sum)
+                return self.engine.step(rate, loss_sum).loss
         with clock.section("communication"):
             self._synchronise()
-            stepping = self.scaler is None or self._unscale()
-            if stepping:
-                self._clip()
-        if stepping:
-            rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
+            agreed = self._unscale_and_agree(loss_sum)
+            if not agreed.overflow:
+                self._clip(agreed.norm)
+        if not agreed.overflow:
             for group in self.optimizer.param_groups:
                 group["lr"] = rate
             with clock.section("compute"):
                 self.optimizer.step()
-        with clock.section("communication"):
-            return self._global_loss(loss_sum)
+        return agreed.loss
 
-    def _unscale(self) -> bool:
-        """fp16: whether to step. Every rank learns whether any gradient overflowed anywhere
-        (one all-reduce), so all skip or all step; then the loss scale is divided out."""
-        assert self.scaler is not None
-        local = any(not torch.isfinite(_grad(p)).all() for p in self.parameters.values())
-        flag = torch.tensor([1.0 if local else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        overflow = bool(flag.item())
-        scale = self.scaler.scale
-        self.scaler.update(overflow)
-        if overflow:
-            return False
-        for parameter in self.parameters.values():
-            _grad(parameter).div_(scale)
-        return True
+    def _unscale_and_agree(self, loss_sum: Tensor) -> Agreed:
+        """fp16: look for an overflow in this rank's reduced gradients and divide the loss
+        scale out; then agree on the iteration's control values (`agree`), so that every
+        rank learns whether any gradient overflowed anywhere and all skip or all step."""
+        overflow = False
+        if self.scaler is not None:
+            grads = [_grad(p) for p in self.parameters.values()]
+            overflow = any(not torch.isfinite(g).all() for g in grads)
+            for grad in grads:  # wasted on an overflow, which skips the step anyway
+                grad.div_(self.scaler.scale)
+        square = None
+        if self.clip > 0:
+            counted = self.rank_file["replica"] == 0  # shards count once, in replica 0
+            names = [n for n in self.parameters if counted and self.counts_in_norm(n)]
+            square = self.square([_grad(self.parameters[n]) for n in names])
+        agreed = self.agree(loss_sum, overflow=overflow, square=square)
+        if self.scaler is not None:
+            self.scaler.update(agreed.overflow)
+        return agreed
 
     def _base_rate(self) -> float:
         optimizer = self.deepspeed.get("optimizer")
         source = optimizer["params"] if optimizer else self.training["optimizer"]
         return float(source["lr"])
 
-    def _global_loss(self, loss_sum: Tensor) -> float:
-        """Sum of every pipeline's token losses over the global batch's tokens: counted by the
-        TP-rank-0 of each last-stage replica."""
+    def agree(
+        self, loss_sum: Tensor, *, overflow: bool = False, square: Tensor | None = None
+    ) -> Agreed:
+        """The iteration's control values, summed over every rank in ONE fp64 all-reduce
+        (none where the plan has one rank): the loss (counted by the TP-rank-0 of each
+        last-stage replica), then the clip's squared norm (when clipping), the fp16 overflow
+        flag (under fp16; a count of ranks, so > 0 means any) and the flags `observe` gives
+        (the checkpointer's; > 0 likewise). Every rank sends the same fields, as
+        `hetc.costmodel.traffic` lists them. One call rather than one per value: in gloo each
+        collective hands its buffer to a worker thread, ~0.1 ms whatever its size."""
         counted = loss_sum if self.last and self.tp_rank == 0 else torch.zeros_like(loss_sum)
-        total = counted.clone()
-        dist.all_reduce(total)
-        tokens: int = self.tokens_per_batch
-        return float(total.item()) / tokens
+        fields = [counted.reshape(1)]
+        if self.clip > 0:
+            assert square is not None
+            fields.append(square.reshape(1))
+        flags = tuple(self.observe()) if self.observe is not None else ()
+        host = [float(overflow)] if self.precision == "fp16" else []
+        host += [float(flag) for flag in flags]
+        fields.append(torch.tensor(host, dtype=torch.float64).to(self.device))
+        values = torch.cat(fields)
+        if self.started.world_size > 1:
+            dist.all_reduce(values)
+        summed = values.tolist()
+        at, norm, overflow = 1, 0.0, False
+        if self.clip > 0:
+            norm, at = math.sqrt(summed[at]), at + 1
+        if self.precision == "fp16":
+            overflow, at = summed[at] > 0, at + 1
+        self.agreed_flags = tuple(value > 0 for value in summed[at:])
+        return Agreed(loss=summed[0] / self.tokens_per_batch, overflow=overflow, norm=norm)
 
     # -- synchronisation -----------------------------------------------------------------
 
@@ -505,27 +545,28 @@ class StageTrainer:
             dist.all_reduce(buffer, group=groups[chunk][1])
             piece.copy_(buffer)
 
-    def _clip(self) -> None:
-        """Clip by the norm of the whole model's gradient, each element counted once: shards
-        by their holders in replica 0 of each stage, replicated tensors by its TP rank 0, the
-        tied table by the first stage."""
-        if self.clip <= 0:
-            return
-        square = torch.zeros((), dtype=torch.float64, device=self.device)
-        if self.rank_file["replica"] == 0:
-            for name, parameter in self.parameters.items():
-                spec = self.specs[name]
-                if name == TOKEN_TABLE and self._tied() and not self.first:
-                    continue
-                if spec.tp_dim is None and self.tp_rank != 0:
-                    continue
-                square += square_norm(_grad(parameter))
-        dist.all_reduce(square)
-        norm = math.sqrt(float(square))
+    def _clip(self, norm: float) -> None:
+        """Scale every gradient by clip / `norm` (the global norm `agree` found) if that is
+        below 1."""
         scale = self.clip / (norm + 1e-6)
         if scale < 1.0:
             for parameter in self.parameters.values():
                 _grad(parameter).mul_(scale)
+
+    def counts_in_norm(self, name: str) -> bool:
+        """Whether this rank counts parameter `name` in the global gradient norm, so that each
+        element of the model counts once (given that only one replica's shards count):
+        replicated tensors on TP rank 0, the tied table on the first stage."""
+        if name == TOKEN_TABLE and self._tied() and not self.first:
+            return False
+        return not (self.specs[name].tp_dim is None and self.tp_rank != 0)
+
+    def square(self, tensors: Sequence[Tensor]) -> Tensor:
+        """The sum of `tensors`' squared norms in float64 (a zero for none)."""
+        square = torch.zeros((), dtype=torch.float64, device=self.device)
+        for tensor in tensors:
+            square += square_norm(tensor)
+        return square
 
 
 def _with_data_path(training: Mapping[str, Any], data_dir: Path | None) -> dict[str, Any]:
