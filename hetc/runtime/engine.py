@@ -233,7 +233,7 @@ class StageEngine:
         if t._tied():
             self._sum_tied()
         fragments = list(self._fragments())
-        local = self.fp16 and any(not bool(torch.isfinite(f).all()) for _, f in fragments)
+        local = self.fp16 and self._overflowed([f for _, f in fragments])
         square = None
         if t.clip > 0:
             square = t.square([f for name, f in fragments if t.counts_in_norm(name)])
@@ -242,7 +242,7 @@ class StageEngine:
             # DeepSpeed's own check looks at this stage's replicas and TP group only: an inf
             # in this rank's partition makes it skip the step and lower the loss scale too.
             fragments[0][1].view(-1)[0] = float("inf")
-        if not agreed.overflow:
+        if not agreed.overflow and t.clip > 0:
             self._clip([f for _, f in fragments], agreed.norm / self.optimizer.loss_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
@@ -406,6 +406,10 @@ class StageEngine:
         tied = chunk_groups(t.rank_file["tied_embedding"], t.started.groups)
         t._sum_sharded(whole, t.specs[TOKEN_TABLE], tied)
         table.set_full_hp_grad(whole)
+
+    def _overflowed(self, fragments: list[Tensor]) -> bool:
+        """fp16: whether this rank's part of the reduced gradient holds an inf or a nan."""
+        return any(not bool(torch.isfinite(f).all()) for f in fragments)
 
     def _clip(self, fragments: list[Tensor], norm: float) -> None:
         """Scale the partitions by clip / `norm`, the global norm of the unscaled gradient,

@@ -417,7 +417,7 @@ class StageTrainer:
         with clock.section("communication"):
             self._synchronise()
             agreed = self._unscale_and_agree(loss_sum)
-            if not agreed.overflow:
+            if not agreed.overflow and self.clip > 0:
                 self._clip(agreed.norm)
         if not agreed.overflow:
             for group in self.optimizer.param_groups:
