@@ -92,12 +92,16 @@ def test_resident_bytes_is_positive() -> None:
 
 
 def test_square_norm_is_float64_without_a_float64_copy() -> None:
-    """The clip's squared norm equals the float64 sum of squares, and allocates no copy of
-    the tensor (the old `.double().pow(2)` made two, 16 bytes per element)."""
+    """The clip's squared norm is a float64 scalar equal to the float64 sum of squares within
+    fp32 accumulation (1e-6), allocates no copy of the tensor (the old `.double().pow(2)`
+    made two, 16 bytes per element), and widens fp16 rather than overflowing: an fp16
+    gradient of 60000s has a norm far past fp16's range."""
     gradient = torch.randn(512, 64)
     with LiveTensorBytes(adopt_live=True) as tracker:
         before = tracker.current
         value = square_norm(gradient)
         assert tracker.peak - before < 1024
     assert value.dtype == torch.float64
-    assert float(value) == pytest.approx(float(gradient.double().pow(2).sum()), rel=1e-12)
+    assert float(value) == pytest.approx(float(gradient.double().pow(2).sum()), rel=1e-6)
+    large = torch.full((100,), 60000.0, dtype=torch.float16)
+    assert float(square_norm(large)) == pytest.approx(100 * 60000.0**2, rel=1e-6)

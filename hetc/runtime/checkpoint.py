@@ -68,6 +68,7 @@ import shutil
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -144,7 +145,10 @@ class Checkpointer:
         self._signals = SignalCount()
         self._signals_seen = 0
         signal.signal(signal.SIGUSR1, self._signals)
-        trainer.observe = self.observe
+        # Weakly: a trainer that kept its checkpointer alive would be a reference cycle, freed
+        # only by a later garbage collection, possibly at interpreter shutdown, where a gloo
+        # worker thread dropping a tensor aborts the process (see SignalCount).
+        trainer.observe = weakref.WeakMethod(self.observe)
 
     def observe(self) -> list[bool]:
         """What this rank sees now, for the iteration's agreement (`StageTrainer.agree`): a

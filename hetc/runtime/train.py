@@ -286,10 +286,17 @@ class StageTrainer:
                 list(self.parameters.values()), self.deepspeed, self.training
             )
         self.clip = float(self.deepspeed.get("gradient_clipping", 0.0))
+        self._dp_groups = chunk_groups(rf["data_parallel"], started.groups)
+        self._sums_data_parallel = self.reduce != torch.float32 or any(
+            dist.get_world_size(group) > 1 for _, group in self._dp_groups.values()
+        )
+        """Whether `_synchronise` has data-parallel work: a group of several replicas, or
+        gradients to round to fp16 (a stage of one replica in fp32 or bf16 has none)."""
         self.clock = IterationClock()
-        self.observe: Callable[[], Sequence[bool]] | None = None
-        """Flags every rank must agree on each iteration, read just before its control
-        all-reduce (`agree`): the checkpointer's (`Checkpointer.observe`)."""
+        self.observe: Callable[[], Callable[[], Sequence[bool]] | None] | None = None
+        """A weak reference to what gives the flags every rank must agree on each iteration,
+        read just before its control all-reduce (`agree`): the checkpointer's
+        `Checkpointer.observe`, which stays alive for the whole of training."""
         self.agreed_flags: tuple[bool, ...] = ()
         """Those flags after the last iteration's agreement: any rank's True is True."""
         self._sends: list[tuple[dist.Work, Tensor]] = []
@@ -466,7 +473,8 @@ class StageTrainer:
         if self.clip > 0:
             assert square is not None
             fields.append(square.reshape(1))
-        flags = tuple(self.observe()) if self.observe is not None else ()
+        observe = self.observe() if self.observe is not None else None
+        flags = tuple(observe()) if observe is not None else ()
         host = [float(overflow)] if self.precision == "fp16" else []
         host += [float(flag) for flag in flags]
         fields.append(torch.tensor(host, dtype=torch.float64).to(self.device))
@@ -497,38 +505,42 @@ class StageTrainer:
         tied token table is summed. Every sum and the broadcast run in `REDUCE` (module
         docstring). A stage with one replica makes no data-parallel call but rounds its
         gradients to `REDUCE` all the same, so that an fp16 gradient overflows where a sum
-        would, whatever the replica count."""
-        dp_groups = chunk_groups(self.rank_file["data_parallel"], self.started.groups)
-        per_rank = next(iter(dp_groups.values()))[0] // self.tp_size
+        would, whatever the replica count (in fp32 and bf16, where that rounding changes
+        nothing, such a stage skips the data-parallel part altogether)."""
+        grads = {name: _grad(parameter) for name, parameter in self.parameters.items()}
+        tied = self._tied()
+        if self._sums_data_parallel:
+            self._sum_data_parallel(
+                {n: g for n, g in grads.items() if not (tied and n == TOKEN_TABLE)}
+            )
+        replicated = [g for n, g in grads.items() if self.specs[n].tp_dim is None]
+        if self.tp_size > 1 and replicated:
+            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
+            source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
+            broadcast = partial(dist.broadcast, src=source, group=self.tp_group)
+            _flat_collective(replicated, broadcast, self.reduce)
+        if tied:
+            groups = chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
+            self._sum_sharded(grads[TOKEN_TABLE], self.specs[TOKEN_TABLE], groups)
+
+    def _sum_data_parallel(self, grads: Mapping[str, Tensor]) -> None:
+        """The data-parallel part of `_synchronise`: one flat all-reduce per shard group."""
+        per_rank = next(iter(self._dp_groups.values()))[0] // self.tp_size
         pieces: dict[int, list[Tensor]] = defaultdict(list)
-        replicated: list[Tensor] = []
-        for name, parameter in self.parameters.items():
-            if name == TOKEN_TABLE and self._tied():
-                continue
-            grad = _grad(parameter)
+        for name, grad in grads.items():
             spec = self.specs[name]
             if spec.tp_dim is None:
-                replicated.append(grad)
                 if self.tp_rank == 0:
                     pieces[0].append(grad)
                 continue
             for offset, piece in enumerate(grad.chunk(per_rank, dim=spec.tp_dim)):
                 pieces[self.tp_rank * per_rank + offset].append(piece)
         for chunk in sorted(pieces):
-            group = dp_groups[chunk][1]
+            group = self._dp_groups[chunk][1]
             if dist.get_world_size(group) > 1:
                 _flat_collective(pieces[chunk], partial(dist.all_reduce, group=group), self.reduce)
             else:
                 _round(pieces[chunk], self.reduce)
-        if self.tp_size > 1 and replicated:
-            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
-            source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
-            broadcast = partial(dist.broadcast, src=source, group=self.tp_group)
-            _flat_collective(replicated, broadcast, self.reduce)
-        if self._tied():
-            tied = chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
-            parameter = self.parameters[TOKEN_TABLE]
-            self._sum_sharded(_grad(parameter), self.specs[TOKEN_TABLE], tied)
 
     def _sum_sharded(
         self, grad: Tensor, spec: ParamSpec, groups: Mapping[int, tuple[int, Any]]
@@ -610,11 +622,15 @@ def _round(tensors: Sequence[Tensor], dtype: torch.dtype) -> None:
 
 
 def square_norm(tensor: Tensor) -> Tensor:
-    """The squared L2 norm, accumulated in float64 without a float64 copy of the tensor:
-    `.double().pow(2)` made two (16 bytes per element of the largest gradient, the peak of
-    a first stage's iteration, found by bench/fidelity.py)."""
-    norm: Tensor = torch.linalg.vector_norm(tensor, dtype=torch.float64)
-    return norm.square()
+    """The squared L2 norm as a float64 scalar, for summing over tensors and ranks in float64.
+    The tensor's own norm is taken in fp32 (fp16 and bf16 widened inside the reduction), as
+    torch's `clip_grad_norm_` and Megatron take it: a float64 reduction costs twice as much
+    (a whole-model pass every step) for digits no clip uses. No copy of the tensor is made:
+    `.double().pow(2)` made two (16 bytes per element of the largest gradient, the peak of a
+    first stage's iteration, found by bench/fidelity.py)."""
+    dtype = torch.promote_types(tensor.dtype, torch.float32)
+    norm: Tensor = torch.linalg.vector_norm(tensor, dtype=dtype)
+    return norm.double().square()
 
 
 def _grad(parameter: Tensor) -> Tensor:
