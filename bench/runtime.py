@@ -16,20 +16,24 @@ chosen microbatch) with hetc's emitter, then alternates, `--repeats` times:
   torch's AdamW with the spec's settings, `clip_grad_norm_` at the spec's clip, autocast
   under bf16/fp16, `zero_grad(set_to_none=True)`, one `loss.item()` per step.
 
-Both run `--threads` threads (OMP_NUM_THREADS and torch.set_num_threads). The steps timed are
-those after `--warmup`, without the CPU memory tracker's (`HETC_CPU_MEMORY_EVERY`: the
-runtime's tracked steps are a measurement feature, their cost is printed apart as its
-amortised share); each run's rate is its median step, each repeat's ratio is runtime over
-loop, and the spread over repeats is printed (the machine may be shared: runs alternate, and
-their order alternates too). Each path also checks that both computed the same losses on
-the steps they share (the comparison is of the same work), and prints where the runtime's
-time goes beside the loop's (`--breakdown`: the runtime's compute, communication and idle
-sections from its metrics; the loop's forward+backward, clip+optimizer and the rest) and,
-with `--profile`, both processes' own-time profile of the functions where the runtime spends
-more than the loop.
+Both run `--threads` threads (OMP_NUM_THREADS and torch.set_num_threads). The runtime's
+step seconds run from the end of the previous step's record (`hetc.runtime.metrics`), so its
+metrics write and checkpoint agreement count. The steps timed are those after `--warmup`,
+without the CPU memory tracker's (`HETC_CPU_MEMORY_EVERY`: a measurement the runtime takes on
+its first two steps and every 50th; the cost of one tracked step, amortised over 50, is
+printed apart). Each run's time is its median step, each repeat's ratio is the runtime's
+steps/s over the loop's; the median and spread over repeats are printed with the ratio of
+each loop's fastest run (a shared machine only ever slows a run down; runs alternate, and so
+does their order). Each path then checks that both loops computed the same losses (the
+comparison is of the same work) and prints where a median step's time goes: the runtime's
+compute, communication and idle sections from its metrics beside the loop's
+forward+backward, clip+optimizer and rest; `--profile` runs each loop once more under
+cProfile (timed steps only, no memory tracking) and lists the functions where the runtime
+spends more own time than the loop.
 
-`--device cuda` makes the same comparison on the first GPU (NCCL); without CUDA it exits 2
-with one line.
+`--device cuda` makes the same comparison on the first GPU (NCCL, a `kind: gpu` device, so
+DeepSpeed's ZeRO-1 path steps with its FusedAdam, built on first use; the plain loop with
+torch's AdamW). Without a CUDA device it exits 2 with one line.
 
 Usage: python bench/runtime.py [--paths zero0,zero1] [--repeats 3] [--steps 30] [--warmup 5]
            [--layers 4 --hidden 128 --heads 4 --ffn 512 --vocab 2048 --seq 128 --batch 8
@@ -534,10 +538,11 @@ def main() -> int:
         out = compile_one_rank(args, PATHS[name], work)
         runs = time_path(args, out, work)
         ratios = sorted(loop / mine for mine, loop in zip(runs.runtime, runs.loop, strict=True))
+        fastest = min(runs.loop) / min(runs.runtime)
         print(
             f"{name}: runtime {_rates(runs.runtime)}, plain loop {_rates(runs.loop)};"
             f" runtime/loop {statistics.median(ratios):.3f} (repeats"
-            f" {' '.join(f'{r:.3f}' for r in ratios)})",
+            f" {' '.join(f'{r:.3f}' for r in ratios)}; fastest runs {fastest:.3f})",
             flush=True,
         )
         same, line = losses_agree(name, runs, args.precision)
