@@ -63,9 +63,12 @@ sys.path.insert(0, str(ROOT))
 
 PATHS = {"zero0": 0, "zero1": 1}
 DEVICE = "BENCH"
-TOLERANCE = {"fp32": 1e-3, "bf16": 2e-2, "fp16": 1e-2}
-"""Loss agreement of the two loops, relative: the existing tests' tolerances against the
-single-process reference (tests/test_runtime_train.py: AdamW 1e-3, bf16 2e-2, fp16 1e-2)."""
+TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2}
+"""Loss agreement of the two loops, relative. fp32: one rank, the same kernels, so only the
+clip norm's summation order differs (~1e-8 over 30 steps; a loop without the clip differs by
+2e-5 within 4 steps). bf16: a DeepSpeed engine computes with bf16 weights where the loop keeps
+fp32 ones under autocast, so bf16's tolerance against the single-process reference
+(tests/test_runtime_deepspeed.py)."""
 
 
 def spec_text(args: argparse.Namespace, zero: int) -> str:
