@@ -63,13 +63,14 @@ def _node(zone: str) -> Node:
     return Node(id=f"cpu@{zone}/n0", zone=zone, region="r", pool="cpu", device="CPU", devices=4)
 
 
-def _one(node: Node) -> Replica:
-    return Replica(device="CPU", tp=1, node=node.id, local_ranks=(0,))
-
-
-def _two_stages(microbatches: int = 4) -> Plan:
-    """Stage 0 (blocks 0, 1) in zone a, stage 1 (blocks 2, 3) in zone b, TP 1, D 1."""
+def _two_stages(microbatches: int = 4, replicas: int = 1) -> Plan:
+    """Stage 0 (blocks 0, 1) in zone a, stage 1 (blocks 2, 3) in zone b, TP 1, D `replicas`
+    (each pipeline with an equal share of the microbatches)."""
     a, b = _node("a"), _node("b")
+
+    def on(node: Node, local: int) -> Replica:
+        return Replica(device="CPU", tp=1, node=node.id, local_ranks=(local,))
+
     return Plan(
         spec_hash="0" * 64,
         hetc_version="0",
@@ -78,10 +79,13 @@ def _two_stages(microbatches: int = 4) -> Plan:
         microbatch_size=1,
         nodes=(a, b),
         stages=(
-            Stage(first_block=0, end_block=2, replicas=(_one(a),)),
-            Stage(first_block=2, end_block=4, replicas=(_one(b),)),
+            Stage(first_block=0, end_block=2, replicas=tuple(on(a, r) for r in range(replicas))),
+            Stage(first_block=2, end_block=4, replicas=tuple(on(b, r) for r in range(replicas))),
         ),
-        pipelines=(Pipeline(replicas=(0, 0), microbatches=microbatches),),
+        pipelines=tuple(
+            Pipeline(replicas=(r, r), microbatches=microbatches // replicas)
+            for r in range(replicas)
+        ),
     )
 
 
@@ -189,22 +193,26 @@ def test_two_stages_in_two_zones_bill_boundaries_and_control_values() -> None:
 
 def test_a_tied_table_and_zero_2_reductions_are_billed_as_the_ledger_lists_them() -> None:
     """Tied: both ends all-reduce the table's gradient (fp32 under bf16), 2 x 1/2 x 8192 x 4
-    bytes each way. ZeRO-2 with one replica per stage still calls DeepSpeed's reductions on
-    groups of one, which cross no zone."""
+    bytes each way. ZeRO-2 with two replicas per stage reduces its bucket (the first stage's
+    gradients, fp32) after each of a pipeline's two backwards; with one replica per stage
+    DeepSpeed's reductions, its tied-table assembly and its overflow check are over groups
+    of one, which the runtime does not make: only boundaries and the control values move."""
     plan = _two_stages()
     untied = simulate(plan, _spec(precision="bf16")).traffic
     tied = simulate(plan, _spec(precision="bf16", tied=True)).traffic
     assert tied[("a", "b")] - untied[("a", "b")] == TABLE * 4
-    ledger = iteration_ledger(plan, _spec(precision="bf16", zero=2))
+    ledger = iteration_ledger(_two_stages(replicas=2), _spec(precision="bf16", zero=2))
     buckets = [e for e in ledger[0] if e.what == "ZeRO reduce bucket"]
     assert [(e.call.elements, e.call.element_bytes, e.count) for e in buckets] == [
-        (TABLE + 32 * 32 + 2 * BLOCK, 4, 4)
+        (TABLE + 32 * 32 + 2 * BLOCK, 4, 2)
     ]
+    ledger = iteration_ledger(plan, _spec(precision="bf16", zero=2))
     made = traffic.calls(ledger[0])
     assert made[Call("send", (0, 1), 16 * 32, 2)] == made[Call("recv", (1, 0), 16 * 32, 2)] == 4
-    assert made[Call("all_reduce", (0,), 1, 1, op="max")] == 1  # DeepSpeed's bf16 overflow flag
+    assert not [c for c in made if c.kind not in ("send", "recv") and len(c.group) == 1]
+    assert made[Call("all_reduce", (0, 1), 6, 8)] == 1  # loss, clip norm, 4 checkpoint flags
     sent, received = rank_bytes(ledger)[0]
-    assert sent == received == 4 * 16 * 32 * 2 + 8 + 8 + 32
+    assert sent == received == 4 * 16 * 32 * 2 + 6 * 8
 
 
 def test_the_planner_reads_its_byte_sizes_from_the_ledger_rules() -> None:

@@ -296,7 +296,7 @@ def test_a_sigusr1_to_one_rank_checkpoints_every_rank_at_the_next_iteration(
     tmp_path: Path,
 ) -> None:
     spec = oracle_spec(batch=TWO_STAGES.global_batch_size)
-    outcomes, run = _run(TWO_STAGES, spec, tmp_path, "--steps", "3", hook="sigusr1-rank-1-step-1")
+    outcomes, run = _run(TWO_STAGES, spec, tmp_path, "--steps", "3", hook="sigusr1-rank-1-step-0")
     _succeeded(outcomes)
     checkpoints = run / "checkpoints"
     assert sorted(p.name for p in checkpoints.glob("step-*")) == ["step-1", "step-3"]
@@ -366,19 +366,22 @@ def _fresh_engine_state() -> None:
     engine.StageEngine.load_full = weights_only  # type: ignore[method-assign]
 
 
-def _sigusr1_rank_1_step_1() -> None:
-    """Plan rank 1 signals itself once step 1 is trained, as Slurm's USR1 would."""
-    after_step = Checkpointer.after_step
+def _sigusr1_rank_1_step_0() -> None:
+    """Plan rank 1 signals itself while it trains step 0 (before the iteration's agreement),
+    as Slurm's USR1 would arrive."""
+    from hetc.runtime.train import StageTrainer
 
-    def signalled(self: Checkpointer, next_step: int) -> None:
-        if self.rank == 1 and next_step == 1:
+    train_step = StageTrainer.train_step
+
+    def signalled(self: StageTrainer, step: int) -> float:
+        if self.started.plan_rank == 1 and step == 0:
             os.kill(os.getpid(), signal.SIGUSR1)
-        after_step(self, next_step)
+        return train_step(self, step)
 
-    Checkpointer.after_step = signalled  # type: ignore[method-assign]
+    StageTrainer.train_step = signalled  # type: ignore[method-assign]
 
 
-HOOKS = {"fresh-engine-state": _fresh_engine_state, "sigusr1-rank-1-step-1": _sigusr1_rank_1_step_1}
+HOOKS = {"fresh-engine-state": _fresh_engine_state, "sigusr1-rank-1-step-0": _sigusr1_rank_1_step_0}
 
 if __name__ == "__main__":
     if sys.argv[1] not in HOOKS:

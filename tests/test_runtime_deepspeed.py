@@ -168,15 +168,15 @@ def _unweighted() -> None:
 def _overflow_at(step: int) -> None:
     from hetc.runtime import engine
 
-    original = engine.StageEngine._overflow
+    original = engine.StageEngine._overflowed
 
-    def overflowing(self: Any) -> bool:
+    def overflowing(self: Any, fragments: list[torch.Tensor]) -> bool:
         chosen = self.trainer.last and self.trainer.rank_file["replica"] == 0
         if chosen and self.engine.global_steps == step:
-            next(self._fragments())[1].view(-1)[0] = float("inf")
-        return bool(original(self))
+            fragments[0].view(-1)[0] = float("inf")
+        return bool(original(self, fragments))
 
-    engine.StageEngine._overflow = overflowing  # type: ignore[method-assign]
+    engine.StageEngine._overflowed = overflowing  # type: ignore[method-assign]
 
 
 def _cpu_fp16() -> None:

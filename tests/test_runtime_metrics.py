@@ -70,17 +70,38 @@ def test_clock_sections_and_idle_remainder() -> None:
     assert abs(spent["compute"] + spent["communication"] + spent["idle"] - spent["seconds"]) < 1e-9
 
 
+def test_clock_iterations_follow_without_a_gap() -> None:
+    """`finish` starts the next iteration: time between two iterations (the metrics write,
+    the checkpoint agreement) is the next one's idle time, and the iterations' seconds add
+    up to the wall time (mutation check: not restarting in `finish` makes the second
+    iteration count the first's 20 ms again, and this fails)."""
+    began = time.perf_counter()
+    clock = IterationClock()
+    with clock.section("compute"):
+        time.sleep(0.02)
+    first = clock.finish()
+    time.sleep(0.01)
+    second = clock.finish()
+    wall = time.perf_counter() - began
+    assert second["compute"] == 0.0 and 0.01 <= second["idle"] == second["seconds"]
+    assert first["seconds"] + second["seconds"] == pytest.approx(wall, abs=1e-3)
+
+
 def test_resident_bytes_is_positive() -> None:
     assert resident_bytes() > 10**6
 
 
 def test_square_norm_is_float64_without_a_float64_copy() -> None:
-    """The clip's squared norm equals the float64 sum of squares, and allocates no copy of
-    the tensor (the old `.double().pow(2)` made two, 16 bytes per element)."""
+    """The clip's squared norm is a float64 scalar equal to the float64 sum of squares within
+    fp32 accumulation (1e-6), allocates no copy of the tensor (the old `.double().pow(2)`
+    made two, 16 bytes per element), and widens fp16 rather than overflowing: an fp16
+    gradient of 60000s has a norm far past fp16's range."""
     gradient = torch.randn(512, 64)
     with LiveTensorBytes(adopt_live=True) as tracker:
         before = tracker.current
         value = square_norm(gradient)
         assert tracker.peak - before < 1024
     assert value.dtype == torch.float64
-    assert float(value) == pytest.approx(float(gradient.double().pow(2).sum()), rel=1e-12)
+    assert float(value) == pytest.approx(float(gradient.double().pow(2).sum()), rel=1e-6)
+    large = torch.full((100,), 60000.0, dtype=torch.float16)
+    assert float(square_norm(large)) == pytest.approx(100 * 60000.0**2, rel=1e-6)

@@ -22,8 +22,9 @@ What travels in which type (`hetc.runtime.train`'s WIRE and REDUCE, the emitted 
   carry the hidden states' type, fp32 on hetc's own path (autocast keeps the residual stream
   fp32) and the module's type on a DeepSpeed engine (which casts the module); the
   vocabulary-parallel cross-entropy's three all-reduces are fp32.
-- Control values: the global loss and the clip norm as one fp64 each, the fp16 overflow flag
-  as one fp32, the checkpoint-request agreement as four int64.
+- Control values: one fp64 all-reduce over every rank per iteration, of the global loss, the
+  clip's squared norm (when clipping), the fp16 overflow flag (under fp16) and the four flags
+  of the checkpoint agreement.
 
 The ZeRO 1/2 path (a DeepSpeed 0.19.8 engine per stage, `hetc.runtime.engine`) calls what
 DeepSpeed calls (stage_1_and_2.py, read and observed): its reduce bucket
@@ -34,10 +35,11 @@ all-reduce per bucket, not a reduce per partition); ZeRO-1 once per iteration, Z
 every backward, pad backwards included. A parameter larger than the bucket is reduced alone,
 in pieces cut at the partition boundaries and grouped while they fit the bucket. Then the
 tied table's reduced gradient is assembled by an fp32 all-reduce of the whole table
-(`get_full_hp_grad`), DeepSpeed checks overflow (uint8, under fp16 and bf16) and takes the
-gradient norm (fp32) over the data-parallel group and the TP group, and all-gathers the
-updated weights (`all_gather_into_tensor`, the flat group padded to 2 x D elements, model
-type).
+(`get_full_hp_grad`), DeepSpeed checks overflow (uint8, under fp16 and bf16) over the
+data-parallel group and the TP group, and all-gathers the updated weights
+(`all_gather_into_tensor`, the flat group padded to 2 x D elements, model type). DeepSpeed's
+own gradient norm is off (`compute_grad_norm`: hetc clips by the global norm itself), and a
+collective over a group of one is not made on either path.
 
 Bytes on the wire, per call and rank (S: the call's tensor on one rank, in bytes; n: the
 group's size), as ring algorithms move them (NCCL's rings, and gloo's ring all-reduce):
@@ -79,7 +81,10 @@ from hetc.schema.spec import Spec
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRADIENT_TYPE = {"fp32": "fp32", "bf16": "fp32", "fp16": "fp16"}
 """The type gradients are reduced in, by training precision (module docstring)."""
-FP64, FP32, INT64, UINT8 = 8, 4, 8, 1
+FP64, FP32, UINT8 = 8, 4, 1
+CHECKPOINT_FLAGS = 4
+"""The checkpoint agreement's flags in the control all-reduce (`Checkpointer.observe`: a
+request file, a signal, a write in flight, a write failed)."""
 ZERO_ALIGNMENT = 2
 """DeepSpeed's `nccl_start_alignment_factor`: ZeRO pads its flat group to 2 x D elements."""
 
@@ -299,11 +304,8 @@ class _LedgerBuilder:
     def rank(self, p: Process) -> list[Entry]:
         entries = self._boundaries(p) + self._layers(p)
         entries += self._engine(p) if self._engine_stage(p.stage) else self._synchronise(p)
-        world = self.world
-        entries.append(Entry(Call("all_reduce", world, 1, FP64), 1, "global loss"))
-        flags = Call("all_reduce", world, 4, INT64, op="max")
-        entries.append(Entry(flags, 1, "checkpoint-request agreement"))
-        return [e for e in entries if e.count > 0]
+        entries.append(self._control())
+        return [e for e in entries if e.count > 0 and not _alone(e.call)]
 
     def _tp_group(self, p: Process) -> tuple[int, ...]:
         return self.groups[f"tp/stage{p.stage}/replica{p.replica}"]
@@ -388,15 +390,14 @@ class _LedgerBuilder:
         holds = stage_holds(self.plan, p.stage, self.arch.tied_embeddings)
         return stage_parameters(self.arch, stage.first_block, stage.end_block, holds)
 
-    def _control(self) -> list[Entry]:
-        """hetc's overflow agreement (fp16) and global-norm clip, over every rank."""
-        entries = []
-        if self.precision == "fp16":
-            flag = Call("all_reduce", self.world, 1, FP32, op="max")
-            entries.append(Entry(flag, 1, "fp16 overflow agreement"))
-        if self.spec.training.gradient_clipping > 0:
-            entries.append(Entry(Call("all_reduce", self.world, 1, FP64), 1, "clip norm"))
-        return entries
+    def _control(self) -> Entry:
+        """hetc's control values, over every rank in one fp64 all-reduce
+        (`StageTrainer.agree`): the global loss, the clip's squared norm (when clipping), the
+        fp16 overflow flag (under fp16) and the checkpoint agreement's flags."""
+        fields = 1 + CHECKPOINT_FLAGS
+        fields += self.spec.training.gradient_clipping > 0
+        fields += self.precision == "fp16"
+        return Entry(Call("all_reduce", self.world, fields, FP64), 1, "control values")
 
     def _tied_sums(self, p: Process) -> list[Entry]:
         """The token table's gradient summed over every holder, chunk by chunk."""
@@ -443,7 +444,7 @@ class _LedgerBuilder:
             root = tp_group[0]
             call = Call("broadcast", tp_group, replicated, self.gradient, root=root)
             entries.append(Entry(call, 1, "replicated gradient over TP"))
-        return entries + self._tied_sums(p) + self._control()
+        return entries + self._tied_sums(p)
 
     def _engine(self, p: Process) -> list[Entry]:
         """A DeepSpeed ZeRO 1/2 engine's calls and hetc's around it (`StageEngine.step`)."""
@@ -466,13 +467,12 @@ class _LedgerBuilder:
             table = padded_vocab(self.arch.vocab) * self.arch.hidden // tp
             whole = Call("all_reduce", dp_group, table, FP32)
             entries.append(Entry(whole, 1, "tied table assembled (get_full_hp_grad)"))
-        entries += self._tied_sums(p) + self._control()
+        entries += self._tied_sums(p)
         groups = [dp_group] + ([tp_group] if len(tp_group) > 1 else [])
         for group in groups:
             if self.precision != "fp32":
                 flag = Call("all_reduce", group, 1, UINT8, op="max")
                 entries.append(Entry(flag, 1, "DeepSpeed overflow check"))
-            entries.append(Entry(Call("all_reduce", group, 1, FP32), 1, "DeepSpeed gradient norm"))
         d = len(dp_group)
         if d > 1:
             alignment = ZERO_ALIGNMENT * d
@@ -480,6 +480,13 @@ class _LedgerBuilder:
             gather = Call("all_gather", dp_group, padded // d, self.element)
             entries.append(Entry(gather, 1, "ZeRO updated weights"))
         return entries
+
+
+def _alone(call: Call) -> bool:
+    """A collective over a group of one, which the runtime does not make (it would move
+    nothing): hetc's own path skips them, and its DeepSpeed engines' backend returns at once
+    (`hetc.runtime.engine.SkipsGroupsOfOne`)."""
+    return call.kind not in ("send", "recv") and len(call.group) == 1
 
 
 def _bucket_sizes(local: Sequence[int], *, reverse: bool, bucket: int, dp: int) -> list[int]:

@@ -47,7 +47,8 @@ Triggers (`Checkpointer.after_step`): every `run.checkpoint_every` steps, at the
 run, when the run directory's `checkpoint-request` file appears (the Slurm USR1 trap writes
 it; the file is removed once that checkpoint is complete), and on SIGUSR1 to the process.
 Ranks see files and signals at different moments, so each iteration they all-reduce what
-they saw and act together.
+they saw (in the iteration's one control all-reduce, before its optimizer step:
+`Checkpointer.observe`, `StageTrainer.agree`) and act together after it.
 
 Reading (`load_checkpoint`). Every rank reads the whole tensors of its own parameters,
 checks their sha256 against meta.json, and keeps its shard (on an engine's stage, the
@@ -67,6 +68,7 @@ import shutil
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -143,17 +145,25 @@ class Checkpointer:
         self._signals = SignalCount()
         self._signals_seen = 0
         signal.signal(signal.SIGUSR1, self._signals)
+        # Weakly: a trainer that kept its checkpointer alive would be a reference cycle, freed
+        # only by a later garbage collection, possibly at interpreter shutdown, where a gloo
+        # worker thread dropping a tensor aborts the process (see SignalCount).
+        trainer.observe = weakref.WeakMethod(self.observe)
 
-    def after_step(self, next_step: int) -> None:
-        """Checkpoint before `next_step` if any rank was asked to or it is time to."""
+    def observe(self) -> list[bool]:
+        """What this rank sees now, for the iteration's agreement (`StageTrainer.agree`): a
+        request file, a signal since the last look, its write still in flight, its write
+        failed."""
         count = self._signals.received
         signals, self._signals_seen = count - self._signals_seen, count
         busy = self._thread is not None and self._thread.is_alive()
         failed = not busy and self._error is not None
-        seen = [checkpoint_requested(self.trainer.started.run_dir), signals > 0, busy, failed]
-        flags = torch.tensor(seen, dtype=torch.int64, device=self.trainer.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        requested, signalled, any_busy, any_failed = (bool(f) for f in flags.tolist())
+        return [checkpoint_requested(self.trainer.started.run_dir), signals > 0, busy, failed]
+
+    def after_step(self, next_step: int) -> None:
+        """Checkpoint before `next_step` if any rank was asked to (as the iteration just
+        trained agreed) or it is time to."""
+        requested, signalled, any_busy, any_failed = self.trainer.agreed_flags
         if any_failed:
             self._settle()
         if self._serving_request:

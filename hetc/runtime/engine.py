@@ -28,7 +28,9 @@ reference), so five things happen around the engine:
   fragments ZeRO links to it (`_hp_mapping`, which DeepSpeed's `safe_get_full_grad` reads).
   There hetc sums the tied token table over the first and last stage, agrees fp16 overflow
   over all ranks and clips by the global norm, since DeepSpeed's own overflow check and
-  clipping see one stage only (its clipping is turned off).
+  clipping see one stage only (its clipping and its gradient norm are turned off); the
+  loss, the norm, the overflow flag and the checkpoint flags travel in one all-reduce
+  (`StageTrainer.agree`).
 - The learning rate is hetc's (`learning_rate`), set on the optimizer before each step, so both
   paths follow one schedule (DeepSpeed's scheduler would run step 0 at rate 0).
 """
@@ -58,10 +60,10 @@ from torch import Tensor
 from hetc.runtime.model import DropoutKey
 from hetc.runtime.train import (
     TOKEN_TABLE,
+    Agreed,
     TrainingError,
     chunk_groups,
     make_optimizer,
-    square_norm,
 )
 
 if TYPE_CHECKING:
@@ -92,6 +94,32 @@ class _ModelParallelUnit:
 
     def get_model_parallel_world_size(self) -> int:
         return dist.get_world_size(self.model)
+
+
+class SkipsGroupsOfOne:
+    """DeepSpeed's communication backend (`deepspeed.comm`'s `cdb`), except that a blocking
+    all-reduce over a group of one returns at once: the sum or maximum over one rank is the
+    tensor itself. DeepSpeed makes such calls whenever a stage has one replica (its gradient
+    bucket, the tied table's assembly, the overflow check), and gloo hands each one to a
+    worker thread, ~0.1-0.2 ms on a loaded CPU host whatever the size; hetc's own path
+    makes none (`hetc.costmodel.traffic` lists no collective over a group of one)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def all_reduce(
+        self,
+        tensor: Tensor,
+        op: Any = dist.ReduceOp.SUM,
+        group: dist.ProcessGroup | None = None,
+        async_op: bool = False,
+    ) -> Any:
+        if not async_op and dist.get_world_size(group) == 1:
+            return None
+        return self.backend.all_reduce(tensor, op, group, async_op)
 
 
 class StageEngine:
@@ -126,6 +154,9 @@ class StageEngine:
         self.loss_factor = batch["loss_weight"] * common / own * t.tokens_per_batch
         self.loss_factor /= t.micro * t.seq
         config["gradient_clipping"] = 0.0
+        # hetc clips by the global norm itself: DeepSpeed's own norm (a pass over the partition
+        # and an all-reduce over the replicas and the TP group, every step) would go unused.
+        config["zero_optimization"] = {**config["zero_optimization"], "compute_grad_norm": False}
         config.pop("scheduler", None)
         self.fp16 = bool(config.get("fp16", {}).get("enabled"))
         if self.fp16 and not get_accelerator().is_fp16_supported():
@@ -139,8 +170,8 @@ class StageEngine:
             client = make_optimizer(list(t.parameters.values()), config, t.training)
         # Initialising DeepSpeed's communication would JIT-compile a shared-memory op (30-60 s
         # on CPU) that training over torch.distributed's groups does not use.
-        comm: Any = sys.modules["deepspeed.comm.torch"]
-        comm.build_shm_op = lambda: None
+        torch_comm: Any = sys.modules["deepspeed.comm.torch"]
+        torch_comm.build_shm_op = lambda: None
         engine, optimizer, _, _ = deepspeed.initialize(
             args=SimpleNamespace(device_rank=rf["device_index"]),
             model=t.model,
@@ -151,6 +182,9 @@ class StageEngine:
                 t.started.groups[groups[0]], t.started.groups[rf["tp"]["group"]]
             ),
         )
+        comm: Any = sys.modules["deepspeed.comm.comm"]
+        if not isinstance(comm.cdb, SkipsGroupsOfOne):
+            comm.cdb = SkipsGroupsOfOne(comm.cdb)
         if not isinstance(optimizer, DeepSpeedZeroOptimizer):
             raise TrainingError(
                 f"DeepSpeed chose {type(optimizer).__name__} for this config, not its ZeRO 1/2"
@@ -189,18 +223,31 @@ class StageEngine:
         if not boundary:
             self.engine.step()  # advances DeepSpeed's microbatch count; no update
 
-    def step(self, rate: float) -> None:
-        """Pad, fix up the reduced gradient, and step; after this rank's last real backward."""
+    def step(self, rate: float, loss_sum: Tensor) -> Agreed:
+        """Pad, fix up the reduced gradient, agree on the iteration's control values
+        (`StageTrainer.agree`: the loss, the clip's norm, an fp16 overflow anywhere) and step;
+        after this rank's last real backward."""
         t = self.trainer
         for _ in range(self.pads):
             self._pad()
         if t._tied():
             self._sum_tied()
-        if not self.fp16 or not self._overflow():
-            self._clip()
+        fragments = list(self._fragments())
+        local = self.fp16 and self._overflowed([f for _, f in fragments])
+        square = None
+        if t.clip > 0:
+            square = t.square([f for name, f in fragments if t.counts_in_norm(name)])
+        agreed = t.agree(loss_sum, overflow=local, square=square)
+        if agreed.overflow and not local:
+            # DeepSpeed's own check looks at this stage's replicas and TP group only: an inf
+            # in this rank's partition makes it skip the step and lower the loss scale too.
+            fragments[0][1].view(-1)[0] = float("inf")
+        if not agreed.overflow and t.clip > 0:
+            self._clip([f for _, f in fragments], agreed.norm / self.optimizer.loss_scale)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.engine.step()
+        return agreed
 
     def _pad(self) -> None:
         """A backward that adds zero, in step with the replicas that still have a real
@@ -360,38 +407,14 @@ class StageEngine:
         t._sum_sharded(whole, t.specs[TOKEN_TABLE], tied)
         table.set_full_hp_grad(whole)
 
-    def _overflow(self) -> bool:
-        """fp16: whether any rank's gradient overflowed. A rank that saw none itself writes an
-        inf into its own partition when another did, so that DeepSpeed's check (which looks
-        at its replicas and TP group only) skips the step and lowers the loss scale on every
-        stage alike."""
-        fragments = [f for _, f in self._fragments()]
-        local = any(not bool(torch.isfinite(f).all()) for f in fragments)
-        flag = torch.tensor([1.0 if local else 0.0], device=self.trainer.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        overflow = bool(flag.item())
-        if overflow and not local:
-            fragments[0].view(-1)[0] = float("inf")
-        return overflow
+    def _overflowed(self, fragments: list[Tensor]) -> bool:
+        """fp16: whether this rank's part of the reduced gradient holds an inf or a nan."""
+        return any(not bool(torch.isfinite(f).all()) for f in fragments)
 
-    def _clip(self) -> None:
-        """Scale the partitions by clip / global norm, each element counted once: partitions
-        are disjoint over replicas; replicated tensors count on TP rank 0, the tied table on
-        the first stage. DeepSpeed divides by the loss scale afterwards."""
-        t = self.trainer
-        if t.clip <= 0:
-            return
-        square = torch.zeros((), dtype=torch.float64, device=t.device)
-        fragments = list(self._fragments())
-        for name, fragment in fragments:
-            if name == TOKEN_TABLE and t._tied() and not t.first:
-                continue
-            if t.specs[name].tp_dim is None and t.tp_rank != 0:
-                continue
-            square += square_norm(fragment)
-        dist.all_reduce(square)
-        norm = float(square.sqrt()) / self.optimizer.loss_scale
-        scale = t.clip / (norm + 1e-6)
+    def _clip(self, fragments: list[Tensor], norm: float) -> None:
+        """Scale the partitions by clip / `norm`, the global norm of the unscaled gradient,
+        when that is below 1 (DeepSpeed divides by the loss scale afterwards)."""
+        scale = self.trainer.clip / (norm + 1e-6)
         if scale < 1.0:
-            for _, fragment in fragments:
+            for fragment in fragments:
                 fragment.mul_(scale)

@@ -28,7 +28,11 @@ SECTIONS = ("compute", "communication", "idle")
 
 
 class IterationClock:
-    """Seconds per section within one iteration; `idle` also takes what no section claimed."""
+    """Seconds per section within one iteration; `idle` also takes what no section claimed.
+    Iterations follow each other without a gap: `finish` closes one and starts the next, so
+    whatever runs between two iterations (writing the metrics, the checkpoint agreement and
+    copy) counts in the next one's idle time, and the iterations' seconds add up to the
+    run's wall time."""
 
     def __init__(self) -> None:
         self.spent = dict.fromkeys(SECTIONS, 0.0)
@@ -43,9 +47,13 @@ class IterationClock:
             self.spent[name] += time.perf_counter() - started
 
     def finish(self) -> dict[str, float]:
-        total = time.perf_counter() - self.began
+        """The iteration's seconds by section and in all; the next iteration starts now."""
+        now = time.perf_counter()
+        total = now - self.began
         claimed = self.spent["compute"] + self.spent["communication"]
-        return {**self.spent, "idle": max(0.0, total - claimed), "seconds": total}
+        spent = {**self.spent, "idle": max(0.0, total - claimed), "seconds": total}
+        self.spent, self.began = dict.fromkeys(SECTIONS, 0.0), now
+        return spent
 
 
 class LiveTensorBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]

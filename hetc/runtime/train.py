@@ -77,6 +77,18 @@ class TrainingError(RuntimeError):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Agreed:
+    """What every rank learns from an iteration's control all-reduce (`StageTrainer.agree`)."""
+
+    loss: float
+    """The global batch's mean token loss."""
+    overflow: bool
+    """fp16: some rank's gradient overflowed, so every rank skips the step."""
+    norm: float
+    """The global gradient norm (0 when not clipping)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Member:
     """Another process of the plan, as cluster.json lists it."""
 
@@ -274,7 +286,19 @@ class StageTrainer:
                 list(self.parameters.values()), self.deepspeed, self.training
             )
         self.clip = float(self.deepspeed.get("gradient_clipping", 0.0))
+        self._dp_groups = chunk_groups(rf["data_parallel"], started.groups)
+        self._sums_data_parallel = self.reduce != torch.float32 or any(
+            dist.get_world_size(group) > 1 for _, group in self._dp_groups.values()
+        )
+        """Whether `_synchronise` has data-parallel work: a group of several replicas, or
+        gradients to round to fp16 (a stage of one replica in fp32 or bf16 has none)."""
         self.clock = IterationClock()
+        self.observe: Callable[[], Callable[[], Sequence[bool]] | None] | None = None
+        """A weak reference to what gives the flags every rank must agree on each iteration,
+        read just before its control all-reduce (`agree`): the checkpointer's
+        `Checkpointer.observe`, which stays alive for the whole of training."""
+        self.agreed_flags: tuple[bool, ...] = ()
+        """Those flags after the last iteration's agreement: any rank's True is True."""
         self._sends: list[tuple[dist.Work, Tensor]] = []
         """Sends in flight, with their tensors (kept alive until the sends complete)."""
 
@@ -348,7 +372,7 @@ class StageTrainer:
     def train_step(self, step: int) -> float:
         """Run one iteration; returns the global batch's mean token loss (same on all ranks).
         `self.clock` holds where this rank's time went."""
-        clock = self.clock = IterationClock()
+        clock = self.clock
         if self.engine is None:
             for parameter in self.parameters.values():
                 parameter.grad = None
@@ -393,54 +417,78 @@ class StageTrainer:
             for work, _ in self._sends:
                 work.wait()
         self._sends.clear()
+        rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
         if self.engine is not None:
-            rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
             with clock.section("communication"):  # mostly ZeRO's reductions and gathers
-                self.engine.step(rate)
-                return self._global_loss(loss_sum)
+                return self.engine.step(rate, loss_sum).loss
         with clock.section("communication"):
             self._synchronise()
-            stepping = self.scaler is None or self._unscale()
-            if stepping:
-                self._clip()
-        if stepping:
-            rate = learning_rate(self.deepspeed.get("scheduler"), self._base_rate(), step)
+            agreed = self._unscale_and_agree(loss_sum)
+            if not agreed.overflow and self.clip > 0:
+                self._clip(agreed.norm)
+        if not agreed.overflow:
             for group in self.optimizer.param_groups:
                 group["lr"] = rate
             with clock.section("compute"):
                 self.optimizer.step()
-        with clock.section("communication"):
-            return self._global_loss(loss_sum)
+        return agreed.loss
 
-    def _unscale(self) -> bool:
-        """fp16: whether to step. Every rank learns whether any gradient overflowed anywhere
-        (one all-reduce), so all skip or all step; then the loss scale is divided out."""
-        assert self.scaler is not None
-        local = any(not torch.isfinite(_grad(p)).all() for p in self.parameters.values())
-        flag = torch.tensor([1.0 if local else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        overflow = bool(flag.item())
-        scale = self.scaler.scale
-        self.scaler.update(overflow)
-        if overflow:
-            return False
-        for parameter in self.parameters.values():
-            _grad(parameter).div_(scale)
-        return True
+    def _unscale_and_agree(self, loss_sum: Tensor) -> Agreed:
+        """fp16: look for an overflow in this rank's reduced gradients and divide the loss
+        scale out; then agree on the iteration's control values (`agree`), so that every
+        rank learns whether any gradient overflowed anywhere and all skip or all step."""
+        overflow = False
+        if self.scaler is not None:
+            grads = [_grad(p) for p in self.parameters.values()]
+            overflow = any(not torch.isfinite(g).all() for g in grads)
+            for grad in grads:  # wasted on an overflow, which skips the step anyway
+                grad.div_(self.scaler.scale)
+        square = None
+        if self.clip > 0:
+            counted = self.rank_file["replica"] == 0  # shards count once, in replica 0
+            names = [n for n in self.parameters if counted and self.counts_in_norm(n)]
+            square = self.square([_grad(self.parameters[n]) for n in names])
+        agreed = self.agree(loss_sum, overflow=overflow, square=square)
+        if self.scaler is not None:
+            self.scaler.update(agreed.overflow)
+        return agreed
 
     def _base_rate(self) -> float:
         optimizer = self.deepspeed.get("optimizer")
         source = optimizer["params"] if optimizer else self.training["optimizer"]
         return float(source["lr"])
 
-    def _global_loss(self, loss_sum: Tensor) -> float:
-        """Sum of every pipeline's token losses over the global batch's tokens: counted by the
-        TP-rank-0 of each last-stage replica."""
+    def agree(
+        self, loss_sum: Tensor, *, overflow: bool = False, square: Tensor | None = None
+    ) -> Agreed:
+        """The iteration's control values, summed over every rank in ONE fp64 all-reduce
+        (none where the plan has one rank): the loss (counted by the TP-rank-0 of each
+        last-stage replica), then the clip's squared norm (when clipping), the fp16 overflow
+        flag (under fp16; a count of ranks, so > 0 means any) and the flags `observe` gives
+        (the checkpointer's; > 0 likewise). Every rank sends the same fields, as
+        `hetc.costmodel.traffic` lists them. One call rather than one per value: in gloo each
+        collective hands its buffer to a worker thread, ~0.1 ms whatever its size."""
         counted = loss_sum if self.last and self.tp_rank == 0 else torch.zeros_like(loss_sum)
-        total = counted.clone()
-        dist.all_reduce(total)
-        tokens: int = self.tokens_per_batch
-        return float(total.item()) / tokens
+        fields = [counted.reshape(1)]
+        if self.clip > 0:
+            assert square is not None
+            fields.append(square.reshape(1))
+        observe = self.observe() if self.observe is not None else None
+        flags = tuple(observe()) if observe is not None else ()
+        host = [float(overflow)] if self.precision == "fp16" else []
+        host += [float(flag) for flag in flags]
+        fields.append(torch.tensor(host, dtype=torch.float64).to(self.device))
+        values = torch.cat(fields)
+        if self.started.world_size > 1:
+            dist.all_reduce(values)
+        summed = values.tolist()
+        at, norm, overflow = 1, 0.0, False
+        if self.clip > 0:
+            norm, at = math.sqrt(summed[at]), at + 1
+        if self.precision == "fp16":
+            overflow, at = summed[at] > 0, at + 1
+        self.agreed_flags = tuple(value > 0 for value in summed[at:])
+        return Agreed(loss=summed[0] / self.tokens_per_batch, overflow=overflow, norm=norm)
 
     # -- synchronisation -----------------------------------------------------------------
 
@@ -457,38 +505,42 @@ class StageTrainer:
         tied token table is summed. Every sum and the broadcast run in `REDUCE` (module
         docstring). A stage with one replica makes no data-parallel call but rounds its
         gradients to `REDUCE` all the same, so that an fp16 gradient overflows where a sum
-        would, whatever the replica count."""
-        dp_groups = chunk_groups(self.rank_file["data_parallel"], self.started.groups)
-        per_rank = next(iter(dp_groups.values()))[0] // self.tp_size
+        would, whatever the replica count (in fp32 and bf16, where that rounding changes
+        nothing, such a stage skips the data-parallel part altogether)."""
+        grads = {name: _grad(parameter) for name, parameter in self.parameters.items()}
+        tied = self._tied()
+        if self._sums_data_parallel:
+            self._sum_data_parallel(
+                {n: g for n, g in grads.items() if not (tied and n == TOKEN_TABLE)}
+            )
+        replicated = [g for n, g in grads.items() if self.specs[n].tp_dim is None]
+        if self.tp_size > 1 and replicated:
+            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
+            source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
+            broadcast = partial(dist.broadcast, src=source, group=self.tp_group)
+            _flat_collective(replicated, broadcast, self.reduce)
+        if tied:
+            groups = chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
+            self._sum_sharded(grads[TOKEN_TABLE], self.specs[TOKEN_TABLE], groups)
+
+    def _sum_data_parallel(self, grads: Mapping[str, Tensor]) -> None:
+        """The data-parallel part of `_synchronise`: one flat all-reduce per shard group."""
+        per_rank = next(iter(self._dp_groups.values()))[0] // self.tp_size
         pieces: dict[int, list[Tensor]] = defaultdict(list)
-        replicated: list[Tensor] = []
-        for name, parameter in self.parameters.items():
-            if name == TOKEN_TABLE and self._tied():
-                continue
-            grad = _grad(parameter)
+        for name, grad in grads.items():
             spec = self.specs[name]
             if spec.tp_dim is None:
-                replicated.append(grad)
                 if self.tp_rank == 0:
                     pieces[0].append(grad)
                 continue
             for offset, piece in enumerate(grad.chunk(per_rank, dim=spec.tp_dim)):
                 pieces[self.tp_rank * per_rank + offset].append(piece)
         for chunk in sorted(pieces):
-            group = dp_groups[chunk][1]
+            group = self._dp_groups[chunk][1]
             if dist.get_world_size(group) > 1:
                 _flat_collective(pieces[chunk], partial(dist.all_reduce, group=group), self.reduce)
             else:
                 _round(pieces[chunk], self.reduce)
-        if self.tp_size > 1 and replicated:
-            order = self.started.group_ranks[self.rank_file["tp"]["group"]]
-            source = self._torch(next(r for r in order if self.members[r].tp_rank == 0))
-            broadcast = partial(dist.broadcast, src=source, group=self.tp_group)
-            _flat_collective(replicated, broadcast, self.reduce)
-        if self._tied():
-            tied = chunk_groups(self.rank_file["tied_embedding"], self.started.groups)
-            parameter = self.parameters[TOKEN_TABLE]
-            self._sum_sharded(_grad(parameter), self.specs[TOKEN_TABLE], tied)
 
     def _sum_sharded(
         self, grad: Tensor, spec: ParamSpec, groups: Mapping[int, tuple[int, Any]]
@@ -505,27 +557,28 @@ class StageTrainer:
             dist.all_reduce(buffer, group=groups[chunk][1])
             piece.copy_(buffer)
 
-    def _clip(self) -> None:
-        """Clip by the norm of the whole model's gradient, each element counted once: shards
-        by their holders in replica 0 of each stage, replicated tensors by its TP rank 0, the
-        tied table by the first stage."""
-        if self.clip <= 0:
-            return
-        square = torch.zeros((), dtype=torch.float64, device=self.device)
-        if self.rank_file["replica"] == 0:
-            for name, parameter in self.parameters.items():
-                spec = self.specs[name]
-                if name == TOKEN_TABLE and self._tied() and not self.first:
-                    continue
-                if spec.tp_dim is None and self.tp_rank != 0:
-                    continue
-                square += square_norm(_grad(parameter))
-        dist.all_reduce(square)
-        norm = math.sqrt(float(square))
+    def _clip(self, norm: float) -> None:
+        """Scale every gradient by clip / `norm` (the global norm `agree` found) if that is
+        below 1."""
         scale = self.clip / (norm + 1e-6)
         if scale < 1.0:
             for parameter in self.parameters.values():
                 _grad(parameter).mul_(scale)
+
+    def counts_in_norm(self, name: str) -> bool:
+        """Whether this rank counts parameter `name` in the global gradient norm, so that each
+        element of the model counts once (given that only one replica's shards count):
+        replicated tensors on TP rank 0, the tied table on the first stage."""
+        if name == TOKEN_TABLE and self._tied() and not self.first:
+            return False
+        return not (self.specs[name].tp_dim is None and self.tp_rank != 0)
+
+    def square(self, tensors: Sequence[Tensor]) -> Tensor:
+        """The sum of `tensors`' squared norms in float64 (a zero for none)."""
+        square = torch.zeros((), dtype=torch.float64, device=self.device)
+        for tensor in tensors:
+            square += square_norm(tensor)
+        return square
 
 
 def _with_data_path(training: Mapping[str, Any], data_dir: Path | None) -> dict[str, Any]:
@@ -569,11 +622,15 @@ def _round(tensors: Sequence[Tensor], dtype: torch.dtype) -> None:
 
 
 def square_norm(tensor: Tensor) -> Tensor:
-    """The squared L2 norm, accumulated in float64 without a float64 copy of the tensor:
-    `.double().pow(2)` made two (16 bytes per element of the largest gradient, the peak of
-    a first stage's iteration, found by bench/fidelity.py)."""
-    norm: Tensor = torch.linalg.vector_norm(tensor, dtype=torch.float64)
-    return norm.square()
+    """The squared L2 norm as a float64 scalar, for summing over tensors and ranks in float64.
+    The tensor's own norm is taken in fp32 (fp16 and bf16 widened inside the reduction), as
+    torch's `clip_grad_norm_` and Megatron take it: a float64 reduction costs twice as much
+    (a whole-model pass every step) for digits no clip uses. No copy of the tensor is made:
+    `.double().pow(2)` made two (16 bytes per element of the largest gradient, the peak of a
+    first stage's iteration, found by bench/fidelity.py)."""
+    dtype = torch.promote_types(tensor.dtype, torch.float32)
+    norm: Tensor = torch.linalg.vector_norm(tensor, dtype=dtype)
+    return norm.double().square()
 
 
 def _grad(parameter: Tensor) -> Tensor:
@@ -631,6 +688,7 @@ def train(trainer: StageTrainer, steps: int, *, start_step: int = 0) -> Iterator
     """Run `steps` iterations from `start_step`, yielding one record per iteration."""
     cuda = trainer.device.type == "cuda"
     every = int(os.environ.get("HETC_CPU_MEMORY_EVERY", CPU_MEMORY_EVERY))
+    trainer.clock = IterationClock()
     for step in range(start_step, start_step + steps):
         measured = step - start_step < 2 or (every > 0 and step % every == 0)
         tracking = not cuda and measured and every > 0
