@@ -10,12 +10,14 @@ cost model; so the quality bench (bench/plan_quality.py) and the planner bench's
 mode (bench/planner.py --cost-model profiles) plan each scenario in the measured world:
 
 - the model: the architecture the scenario's profiles recorded (`measured_model`);
-- the network (`stated_network`): each link class's bandwidth and latency are the Hockney fit
-  (time = latency + bytes / bandwidth, relative least squares over 1 MB to 1 GB) of the
-  profiles' one-flow point-to-point fit for that class (`inter_node`, `inter_zone`,
-  `inter_region` with one device per node), the median over the scenario's devices; a pool's
-  `nic_bandwidth` is the Hockney bandwidth of its device's four-flow fit within a zone (all
-  of a node's flows together). Classes or devices not measured keep the spec's numbers.
+- the network (`stated_network`): a pool's `nic_bandwidth` is the Hockney bandwidth (time =
+  latency + bytes / bandwidth, relative least squares over 1 MB to 1 GB) of its device's
+  four-flow fit within a zone, all of a node's flows together; each link class's bandwidth
+  and latency are the spec's link model (a flow takes latency + bytes / min(bandwidth,
+  nic / n) with n flows on the NIC) fitted to what one of n flows measured, for every n the
+  profiles hold for that class (`inter_node`, `inter_zone`, `inter_region`), the median over
+  the scenario's devices (`link_fit`). Classes or devices not measured keep the spec's
+  numbers.
 """
 
 from __future__ import annotations
@@ -87,21 +89,49 @@ def measured_model(spec: Spec, profiles: list[LayerProfile]) -> Spec:
     return replace(spec, model=arch, model_name=profile.model)
 
 
+def link_fit(fits: dict[int, BandwidthFit], nic: float) -> tuple[float, float]:
+    """(latency s, bandwidth B/s) of the spec's link model for one class of link, fitted to
+    what one of n flows measured for every n (relative least squares over `SIZES`): a flow
+    takes latency + bytes / min(bandwidth, nic / n), as the cost model prices a link class
+    whose node pairs each carry one flow and whose NICs carry n. Fitted to one flow alone,
+    the latency would be a single TCP stream's start-up (0.5 ms between Sailor's A100 VMs),
+    which four concurrent flows do not pay (0.05 ms)."""
+    rows = [(n, size, size / (fit.rate(size) / n)) for n, fit in fits.items() for size in SIZES]
+
+    def latency_at(bandwidth: float) -> tuple[float, float]:
+        residual = [(t - size / min(bandwidth, nic / n), t) for n, size, t in rows]
+        latency = max(0.0, sum(r / t**2 for r, t in residual) / sum(1 / t**2 for _, t in residual))
+        return latency, sum(((latency - r) / t) ** 2 for r, t in residual)
+
+    low, high = math.log(1e8), math.log(1e11)
+    for _ in range(80):  # golden-section search over log bandwidth
+        a, b = high - 0.618 * (high - low), low + 0.618 * (high - low)
+        if latency_at(math.exp(a))[1] < latency_at(math.exp(b))[1]:
+            high = b
+        else:
+            low = a
+    bandwidth = math.exp((low + high) / 2)
+    return latency_at(bandwidth)[0], bandwidth
+
+
 def stated_network(spec: Spec, profiles: list[LayerProfile]) -> Spec:
     """The spec stating the network its profiles measured (module docstring)."""
-    links = {}
-    for link, scope in CLASSES.items():
-        fits = [f for p in profiles if (f := p.bandwidth(scope, "p2p", 1)) is not None]
-        if fits:
-            pairs = [hockney(f) for f in fits]
-            latency = statistics.median(p[0] for p in pairs)
-            bandwidth = statistics.median(p[1] for p in pairs)
-            links[link] = LinkClass(bandwidth=bandwidth, latency=latency)
     nics = {
         p.device: hockney(fit)[1]
         for p in profiles
         if (fit := p.bandwidth("inter_node", "p2p", 4)) is not None
     }
+    links = {}
+    for link, scope in CLASSES.items():
+        pairs = [
+            link_fit(fits, nics[p.device])
+            for p in profiles
+            if p.device in nics and (fits := p.network.get(scope, {}).get("p2p"))
+        ]
+        if pairs:
+            latency = statistics.median(p[0] for p in pairs)
+            bandwidth = statistics.median(p[1] for p in pairs)
+            links[link] = LinkClass(bandwidth=bandwidth, latency=latency)
     zones = tuple(
         replace(
             z,
