@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from hetc.costmodel.profile import BandwidthFit, read_profile
+from hetc.costmodel.profile import BandwidthFit, fit_bandwidth, read_profile
 from hetc.schema import check_file
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from measured_world import as_measured, hockney  # noqa: E402
+from measured_world import SIZES, as_measured, hockney, link_fit  # noqa: E402
 
 
 def test_hockney_recovers_a_constant_rate_and_a_startup_cost() -> None:
@@ -32,20 +32,36 @@ def test_hockney_recovers_a_constant_rate_and_a_startup_cost() -> None:
 
 def test_a_scenario_in_the_measured_world_trains_the_build_its_profiles_timed() -> None:
     """opt350m-128a100 with the shipped A100 profile: Sailor's OPT-350 architecture, the
-    intra-zone link and the pool's NIC from the profile's one- and four-flow fits."""
+    intra-zone link fitted to the profile's fits for every flow count, the pool's NIC from
+    the four-flow fit."""
     spec = check_file(str(ROOT / "bench" / "scenarios" / "opt350m-128a100.yaml")).spec
     assert spec is not None
     profile = read_profile(ROOT / "examples" / "profiles" / "opt-350--a100-40gb.json")
     measured, profiles = as_measured(spec, [profile])
     assert [p.device for p in profiles] == ["A100-40GB"]
     assert measured.model.vocab == 50304 and not measured.model.tied_embeddings
-    one = profile.bandwidth("inter_node", "p2p", 1)
     four = profile.bandwidth("inter_node", "p2p", 4)
-    assert one is not None and four is not None
-    latency, bandwidth = hockney(one)
+    assert four is not None
+    nic = hockney(four)[1]
+    latency, bandwidth = link_fit(profile.network["inter_node"]["p2p"], nic)
     assert measured.network.intra_zone.bandwidth == pytest.approx(bandwidth)
     assert measured.network.intra_zone.latency == pytest.approx(latency)
-    assert measured.zones[0].pools[0].nic_bandwidth == pytest.approx(hockney(four)[1])
+    assert measured.zones[0].pools[0].nic_bandwidth == pytest.approx(nic)
+
+
+def test_a_link_fit_recovers_the_link_model_that_made_the_curves() -> None:
+    """Curves made by the spec's link model (0.3 ms + bytes / min(2 GB/s, 6 GB/s / n) for
+    n = 1, 2, 4 flows) are fitted back to 0.3 ms and 2 GB/s; fitted to one flow alone the
+    latency would be the same here, but not where more flows run with less start-up."""
+    latency, bandwidth, nic = 3e-4, 2e9, 6e9
+    fits = {}
+    for n in (1, 2, 4):
+        share = min(bandwidth, nic / n)
+        points = [(size, n * size / (latency + size / share)) for size in SIZES]
+        fits[n] = fit_bandwidth(points)
+    fitted = link_fit(fits, nic)
+    assert fitted[0] == pytest.approx(latency, rel=0.15)
+    assert fitted[1] == pytest.approx(bandwidth, rel=0.05)
 
 
 def test_the_bench_runs_and_ends_with_the_worst_ratio() -> None:
