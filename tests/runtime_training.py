@@ -37,11 +37,11 @@ SPEC = """\
 version: 1
 name: runtime-oracle
 model:
-  architecture: {{layers: 4, hidden: 32, heads: 4, ffn: 64, vocab: 200, max_positions: 32,
-                 tied_embeddings: {tied}}}
+  architecture: {{layers: 4, hidden: {hidden}, heads: 4, head_dim: {head_dim}, ffn: 64, vocab: 200,
+                 max_positions: {positions}, tied_embeddings: {tied}}}
 training:
   global_batch_size: {batch}
-  seq_len: 16
+  seq_len: {seq}
   precision: {precision}
   zero_stage: {zero}
   gradient_clipping: {clip}
@@ -72,8 +72,16 @@ def oracle_spec(
     dropout: float = 0.0,
     recompute: bool = False,
     zero: int = 0,
+    hidden: int = 32,
+    seq: int = 16,
 ) -> Spec:
+    """The oracle's spec; `hidden` and `seq` may be odd (heads stay 4 of width 8, so the
+    hidden width need not divide by them), which makes a boundary tensor's element count odd."""
     text = SPEC.format(
+        hidden=hidden,
+        head_dim=8,
+        positions=max(32, seq),
+        seq=seq,
         batch=batch,
         optimizer=optimizer,
         clip=clip,

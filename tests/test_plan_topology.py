@@ -12,6 +12,7 @@ from hetc.plan import Node, Pipeline, Plan, Replica, Stage, plan_problems
 from hetc.plan.settings import VOCAB_PAD, padded_vocab
 from hetc.plan.topology import (
     batch_triple,
+    boundary_chunk_elements,
     boundary_transfers,
     cluster_record,
     one_f_one_b_order,
@@ -307,3 +308,13 @@ def test_the_vocabulary_pads_to_a_multiple_of_128() -> None:
     assert padded_vocab(50257) == 50304 == 393 * VOCAB_PAD
     assert padded_vocab(32000) == 32000
     assert all(padded_vocab(50257) % tp == 0 for tp in (1, 2, 4, 8, 16, 32, 64, 128))
+
+
+def test_boundary_chunks_are_the_smallest_equal_size_that_covers_the_tensor() -> None:
+    """Chunks of one size whose total covers the tensor with less than one chunk of padding:
+    for 63 x 65 = 4095 elements in 2 chunks, 2048 each (1 element of padding)."""
+    assert boundary_chunk_elements(4095, 2) == 2048
+    for elements in range(1, 200):
+        for chunks in (1, 2, 3, 4, 8):
+            size = boundary_chunk_elements(elements, chunks)
+            assert size * chunks >= elements > (size - 1) * chunks

@@ -6,7 +6,7 @@ multiset of (kind, group, elements, bytes per element, root, reduction) per rank
 same bytes sent and received per rank.
 
 The plans cover P > 1, D > 1, mixed TP degrees in a stage, a TP-1 stage sending to a TP-2
-one, tied embeddings, activation recomputation, ZeRO 0, 1 and 2, and fp32, bf16 and fp16.
+one (also with a boundary tensor of an odd element count, whose chunks are padded), tied embeddings, activation recomputation, ZeRO 0, 1 and 2, and fp32, bf16 and fp16.
 fp16 runs on ZeRO 0 only: DeepSpeed refuses fp16 on this CPU (no oneDNN fp16 kernels), so
 the ZeRO 1/2 fp16 path is priced from DeepSpeed's source (fp16 reduces in fp16 there too).
 
@@ -128,6 +128,8 @@ def _assert_priced_exactly(
 CASES = {
     # P 2, TP 1 -> TP 2 across the boundary, tied, recomputation, clip: hetc's fp16 path
     "zero0-fp16-neighbours": (NEIGHBOURS, {"precision": "fp16", "clip": 1.0, "recompute": True}),
+    # TP 1 -> TP 2 with a boundary of 63 x 65 elements: chunks padded to 2048 each
+    "zero0-fp32-odd-neighbours": (NEIGHBOURS, {"hidden": 65, "seq": 63}),
     # one stage, a TP-1 and a TP-2 replica (mixed TP, chunked groups, uneven shares)
     "zero0-bf16-mixed-tp": (MIXED_TP, {"precision": "bf16"}),
     # P 2 x D 2, tied over four holders, AdamW with a clip

@@ -155,6 +155,16 @@ def test_two_pipelines_uneven_shares_adamw_and_a_binding_clip_match(tmp_path: Pa
     assert min(norms) > 0.05, "the clip binds on every step"
 
 
+def test_an_odd_boundary_from_tp1_to_tp2_matches_the_reference(tmp_path: Path) -> None:
+    """Hidden 65, seq 63: a boundary tensor of 4095 elements crosses from a TP-1 stage into a
+    TP-2 one in two chunks, which sender and receiver must cut alike (2048 + 2047 elements
+    padded to 2048 + 2048, `hetc.plan.topology.boundary_chunk_elements`); the run matches the
+    single-process reference. Before that rule the sender cut 2048 + 2047 and the receiver
+    waited for 2047 + 2047: gloo failed the first step with a size mismatch."""
+    losses, weights, reference = _train(NEIGHBOURS, {"hidden": 65, "seq": 63}, tmp_path, steps=3)
+    _assert_matches(losses, weights, reference, 1e-5)
+
+
 def test_dropout_and_recomputation_match_a_reference_with_the_same_masks(tmp_path: Path) -> None:
     """Dropout 0.2 with activation checkpointing, two pipelines with uneven shares: masks come
     from (seed, step, sample, layer), so the plan's run drops exactly what one process drops

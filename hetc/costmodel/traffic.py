@@ -72,6 +72,7 @@ from hetc.plan.settings import padded_vocab, reduce_bucket_elements
 from hetc.plan.topology import (
     Process,
     Topology,
+    boundary_chunk_elements,
     boundary_transfers,
     stage_holds,
     topology_of,
@@ -323,7 +324,7 @@ class _LedgerBuilder:
         ):
             transfers = boundary_transfers(self.plan, self.topology, p, direction)
             for t in transfers:
-                size = micro // t.chunks
+                size = boundary_chunk_elements(micro, t.chunks)
                 entries.append(
                     Entry(
                         Call("recv", (t.peer, p.rank), size, self.wire), count, f"boundary {into}"
@@ -333,7 +334,7 @@ class _LedgerBuilder:
                     Entry(Call("send", (p.rank, t.peer), size, self.wire), count, f"boundary {out}")
                 )
             if transfers and len(tp_group) > 1:
-                local = micro // transfers[0].chunks * len(transfers)
+                local = boundary_chunk_elements(micro, transfers[0].chunks) * len(transfers)
                 gather = Call("all_gather", tp_group, local, self.wire)
                 entries.append(Entry(gather, count, f"boundary {into} over TP"))
         return entries

@@ -61,6 +61,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from hetc.plan import Plan, capability_problems, plan_from_json, read_cluster_file
+from hetc.plan.topology import boundary_chunk_elements
 from hetc.runtime.data import SYNTHETIC, TrainingData, pipeline_samples
 from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
 from hetc.runtime.model import DropoutKey, ModelConfig, ParamSpec, StageModule
@@ -338,8 +339,12 @@ class StageTrainer:
         # would otherwise hold every microbatch's boundary tensor at once.
         self._sends = [(work, piece) for work, piece in self._sends if not work.is_completed()]
         flat = full.detach().to(self.wire).reshape(-1)
+        size = boundary_chunk_elements(flat.numel(), transfers[0]["chunks"]) if transfers else 0
         for t in transfers:
-            piece = flat.chunk(t["chunks"])[t["chunk"]].contiguous()
+            piece = flat[t["chunk"] * size : (t["chunk"] + 1) * size]
+            if piece.numel() < size:  # the last chunk carries the padding
+                piece = torch.cat([piece, piece.new_zeros(size - piece.numel())])
+            piece = piece.contiguous()
             work = dist.isend(piece, dst=self._torch(t["peer"]))
             assert work is not None
             self._sends.append((work, piece))
@@ -349,8 +354,8 @@ class StageTrainer:
         the rest gathered from the other TP ranks of its replica (each holds a contiguous run
         of chunks)."""
         shape = (self.micro, self.seq, self.hidden)
-        chunks = transfers[0]["chunks"]
-        size = self.micro * self.seq * self.hidden // chunks
+        elements = self.micro * self.seq * self.hidden
+        size = boundary_chunk_elements(elements, transfers[0]["chunks"])
         mine = []
         with self.clock.section("idle"):
             for t in sorted(transfers, key=lambda t: t["chunk"]):
@@ -359,13 +364,13 @@ class StageTrainer:
                 mine.append(buffer)
         local = torch.cat(mine)
         if self.tp_size == 1:
-            return local.reshape(shape)
+            return local[:elements].reshape(shape)
         gathered = [torch.empty_like(local) for _ in range(self.tp_size)]
         with self.clock.section("communication"):
             dist.all_gather(gathered, local, group=self.tp_group)
         order = self.started.group_ranks[self.rank_file["tp"]["group"]]
         by_tp = {self.members[r].tp_rank: g for r, g in zip(order, gathered, strict=True)}
-        return torch.cat([by_tp[k] for k in range(self.tp_size)]).reshape(shape)
+        return torch.cat([by_tp[k] for k in range(self.tp_size)])[:elements].reshape(shape)
 
     # -- one iteration -------------------------------------------------------------------
 
