@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetc.emit.output import MANIFEST, manifest_json
 from hetc.plan import Node, Pipeline, Plan, Replica, Stage, plan_to_json
 from hetc.plan.topology import (
     Topology,
@@ -95,18 +96,36 @@ def _dump(data: object) -> str:
 
 
 def write_output(plan: Plan, out_dir: Path, *, tied_embeddings: bool = True) -> Topology:
-    """What `hetc compile` writes for the runtime: plan.json and the topology files."""
+    """What `hetc compile` writes for the runtime's start-up: plan.json, the topology files,
+    stand-ins for training.json and the DeepSpeed config (start-up checks them against the
+    manifest but does not parse them), and the manifest."""
     topology = topology_of(plan, tied_embeddings=tied_embeddings)
     cluster = cluster_record(plan, topology)
     (out_dir / "topology" / "ranks").mkdir(parents=True, exist_ok=True)
+    (out_dir / "deepspeed").mkdir(exist_ok=True)
     (out_dir / "plan.json").write_text(plan_to_json(plan), encoding="utf-8")
+    (out_dir / "training.json").write_text("{}\n", encoding="utf-8")
+    (out_dir / "deepspeed" / "x.json").write_text("{}\n", encoding="utf-8")
     (out_dir / "topology" / "cluster.json").write_text(_dump(cluster), encoding="utf-8")
     node_index = {n.id: i for i, n in enumerate(plan.nodes)}
     for process in topology.processes:
         record = rank_record(plan, topology, process, deepspeed_config="deepspeed/x.json")
         path = out_dir / "topology" / rank_file_name(process, node_index[process.node])
         path.write_text(_dump(record), encoding="utf-8")
+    seal(out_dir)
     return topology
+
+
+def seal(out_dir: Path) -> None:
+    """Write manifest.json for the files now in `out_dir`, as `hetc compile` does; call it
+    again after a test changes a file on purpose (the runtime refuses unlisted edits)."""
+    files = {
+        p.relative_to(out_dir).as_posix(): p.read_bytes()
+        for p in sorted(out_dir.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    manifest = manifest_json(files, hetc_version="0.1.0", plan_hash=HASH)
+    (out_dir / MANIFEST).write_bytes(manifest)
 
 
 @dataclass(frozen=True)
@@ -154,6 +173,21 @@ def launch(
 ) -> list[Outcome]:
     """Start every rank at once and wait for all; a rank still running after `timeout` + 60 s is
     killed and fails the test (start-up must never hang)."""
+    started = start_ranks(ranks, out_dir, run_dir, timeout=timeout, world_size=world_size)
+    return [
+        wait_for(rank, process, timeout + 60) for rank, process in zip(ranks, started, strict=True)
+    ]
+
+
+def start_ranks(
+    ranks: list[Rank],
+    out_dir: Path,
+    run_dir: Path,
+    *,
+    timeout: float,
+    world_size: int | None = None,
+) -> list[subprocess.Popen[str]]:
+    """Start every rank at once (`--timeout` `timeout`); `wait_for` each."""
     port = free_port()
     size = len(ranks) if world_size is None else world_size
     started = []
@@ -177,12 +211,12 @@ def launch(
                 argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
-    return [
-        _wait(rank, process, timeout + 60) for rank, process in zip(ranks, started, strict=True)
-    ]
+    return started
 
 
-def _wait(rank: Rank, process: subprocess.Popen[str], limit: float) -> Outcome:
+def wait_for(rank: Rank, process: subprocess.Popen[str], limit: float) -> Outcome:
+    """The rank's outcome; a rank still running after `limit` seconds is killed and fails the
+    test."""
     try:
         stdout, stderr = process.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -209,17 +243,17 @@ def _run_with_groups_swapped(argv: list[str]) -> int:
     from hetc.runtime import startup
 
     first, second, *rest = argv
-    read = startup.read_cluster_file
+    parse = startup.parse_cluster_file
 
-    def swapped(path: str | Path) -> dict[str, Any]:
-        cluster = read(path)
+    def swapped(text: str, path: str | Path) -> dict[str, Any]:
+        cluster = parse(text, path)
         groups = cluster["groups"]
         names = [g["name"] for g in groups]
         i, j = names.index(first), names.index(second)
         groups[i], groups[j] = groups[j], groups[i]
         return cluster
 
-    startup.read_cluster_file = swapped  # type: ignore[assignment]
+    startup.parse_cluster_file = swapped  # type: ignore[assignment]
     return entry.main(["--startup-only", *rest])
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from runtime_harness import seal
 
 from hetc.emit.compile import training_record
 from hetc.emit.deepspeed import ConfigKey, deepspeed_config
@@ -101,7 +102,8 @@ def _dump(data: object) -> str:
 
 
 def write_compiled(plan: Plan, spec: Spec, out: Path) -> Topology:
-    """What `hetc compile` writes for `plan` (a hand-made plan, not the planner's)."""
+    """What `hetc compile` writes for `plan` (a hand-made plan, not the planner's), with its
+    manifest (`runtime_harness.seal`: call it again after changing a file on purpose)."""
     topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
     (out / "topology" / "ranks").mkdir(parents=True, exist_ok=True)
     (out / "deepspeed").mkdir(exist_ok=True)
@@ -114,6 +116,7 @@ def write_compiled(plan: Plan, spec: Spec, out: Path) -> Topology:
         (out / key.file_name).write_text(_dump(deepspeed_config(spec, key)))
         record = rank_record(plan, topology, process, deepspeed_config=key.file_name)
         (out / "topology" / rank_file_name(process, index[process.node])).write_text(_dump(record))
+    seal(out)
     return topology
 
 
@@ -232,10 +235,10 @@ def _mutate(name: str) -> None:
 
         publish = checkpoint._publish
 
-        def failing(tmp: Path, final: Path) -> None:
+        def failing(tmp: Path, final: Path) -> bool:
             if final.name == "step-2":
                 raise OSError("simulated crash before the rename")
-            publish(tmp, final)
+            return publish(tmp, final)
 
         checkpoint._publish = failing
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 import torch
-from runtime_harness import Outcome, launch, ranks_in_plan_order
+from runtime_harness import Outcome, launch, ranks_in_plan_order, seal
 from runtime_training import (
     ADAMW,
     oracle_spec,
@@ -37,6 +38,7 @@ from test_runtime_train import MIXED_TP, NEIGHBOURS, _assert_matches, _plan, _re
 
 from hetc.plan import Plan, Stage
 from hetc.runtime.checkpoint import Checkpointer
+from hetc.runtime.signals import Signals
 from hetc.runtime.startup import CHECKPOINT_REQUEST
 from hetc.schema.spec import Spec
 
@@ -85,6 +87,7 @@ def _run(
             record = json.loads(config.read_text())
             record["fp16"].update(deepspeed)
             config.write_text(json.dumps(record))
+    seal(out)
     if request:
         (run / CHECKPOINT_REQUEST).write_text("")
     command = [sys.executable, "-m", "hetc.runtime"]
@@ -110,13 +113,14 @@ def _succeeded(outcomes: list[Outcome]) -> None:
 
 
 def _failure(outcomes: list[Outcome]) -> str:
-    """The one checkpoint error every rank stopped with."""
+    """The one checkpoint error every rank stopped with (each line names its rank first)."""
     lines = set()
     for outcome in outcomes:
         assert outcome.returncode == 1, outcome.stderr[-3000:]
         failed = [line for line in outcome.hetc_lines if "checkpoint failed" in line]
         assert len(failed) == 1, outcome.stderr[-3000:]
-        lines.add(failed[0])
+        assert "Traceback" not in outcome.stderr
+        lines.add(re.sub(r"^hetc-runtime: rank \d+: ", "", failed[0]))
     assert len(lines) == 1, lines
     return lines.pop()
 
@@ -135,7 +139,8 @@ def sgd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_request_checkpoints_at_the_next_iteration_and_is_removed(sgd_run: Path) -> None:
     checkpoints = sgd_run / "checkpoints"
     assert not (sgd_run / CHECKPOINT_REQUEST).exists()
-    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step-1", "step-2"]
+    listed = sorted(p.name for p in checkpoints.iterdir() if p.name != ".latest.lock")
+    assert listed == ["latest", "step-1", "step-2"]
     assert (checkpoints / "latest").read_text() == "step-2\n"
     meta = json.loads((checkpoints / "step-1" / "meta.json").read_text())
     assert meta["step"] == meta["data_position"]["step"] == 1
@@ -306,27 +311,42 @@ def test_a_sigusr1_to_one_rank_checkpoints_every_rank_at_the_next_iteration(
     ), "both stages wrote their part"
 
 
-def test_the_signal_handler_does_not_keep_the_trainer_alive() -> None:
-    # Python holds a signal handler until interpreter shutdown; a handler reaching the trainer
-    # kept its gloo groups until then, and the process aborted after a clean error exit.
+def test_the_signal_handler_does_not_keep_the_trainer_alive(tmp_path: Path) -> None:
+    """The handlers count into `Signals`, which holds no trainer: Python holds a signal handler
+    until interpreter shutdown, and a handler reaching the trainer kept its gloo groups until
+    then, where the process aborted after a clean error exit. The checkpointer reads the
+    counts: a SIGUSR1 is 1 in the agreement's signal field, a SIGTERM world size + 1."""
+
     class Trainer:
         def __init__(self) -> None:
             self.training = {"run": {"checkpoint_every": None}}
-            self.started = SimpleNamespace(plan_rank=0)
+            self.started = SimpleNamespace(plan_rank=0, world_size=3, run_dir=tmp_path)
             self.members: dict[int, Any] = {}
 
-    previous = signal.getsignal(signal.SIGUSR1)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
     try:
+        signals = Signals().install()
         trainer = Trainer()
-        checkpointer = Checkpointer(trainer, Path("unused"), timeout=1, start_step=0)  # type: ignore[arg-type]
+        checkpointer = Checkpointer(
+            trainer,  # type: ignore[arg-type]
+            Path("unused"),
+            timeout=1,
+            start_step=0,
+            signals=signals,
+        )
         alive = weakref.ref(trainer)
         os.kill(os.getpid(), signal.SIGUSR1)
-        assert checkpointer._signals.received == 1
+        assert signals.checkpoints == 1
+        assert checkpointer.observe() == [0.0, 1.0, 0.0, 0.0]
+        assert checkpointer.observe() == [0.0, 0.0, 0.0, 0.0], "each signal counts once"
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert checkpointer.observe() == [0.0, 4.0, 0.0, 0.0]
         del trainer, checkpointer
         gc.collect()
         assert alive() is None
     finally:
-        signal.signal(signal.SIGUSR1, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 ONE = _plan(4, [Stage(first_block=0, end_block=4, replicas=(_replica(0, 0),))], [4])

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from runtime_harness import launch, ranks_in_plan_order
+from runtime_harness import launch, ranks_in_plan_order, seal
 from runtime_training import (
     ADAMW,
     oracle_spec,
@@ -57,6 +57,7 @@ def _train(
         if "fp16" in text:
             text["fp16"]["initial_scale_power"] = initial_scale_power
             config.write_text(json.dumps(text))
+    seal(out)
     command = [sys.executable, str(HERE), hooks, "--steps", str(steps)]
     ranks = [
         type(r)(

@@ -6,7 +6,8 @@ multiset of (kind, group, elements, bytes per element, root, reduction) per rank
 same bytes sent and received per rank.
 
 The plans cover P > 1, D > 1, mixed TP degrees in a stage, a TP-1 stage sending to a TP-2
-one (also with a boundary tensor of an odd element count, whose chunks are padded), tied embeddings, activation recomputation, ZeRO 0, 1 and 2, and fp32, bf16 and fp16.
+one (also with a boundary tensor of an odd element count, whose chunks are padded), tied
+embeddings, activation recomputation, ZeRO 0, 1 and 2, and fp32, bf16 and fp16.
 fp16 runs on ZeRO 0 only: DeepSpeed refuses fp16 on this CPU (no oneDNN fp16 kernels), so
 the ZeRO 1/2 fp16 path is priced from DeepSpeed's source (fp16 reduces in fp16 there too).
 

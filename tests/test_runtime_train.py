@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from runtime_harness import launch, ranks_in_plan_order
+from runtime_harness import launch, ranks_in_plan_order, seal
 from runtime_training import (
     ADAMW,
     oracle_spec,
@@ -91,6 +91,7 @@ def _train(
         if "fp16" in text:
             text["fp16"]["initial_scale_power"] = initial_scale_power
             config.write_text(json.dumps(text))
+    seal(out)
     command = [sys.executable, "-m", "hetc.runtime"]
     if mutation is not None:
         command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
@@ -259,6 +260,7 @@ def test_a_plan_outside_the_capability_matrix_is_refused_on_every_rank(tmp_path:
     record = json.loads((out / "training.json").read_text())
     record["zero_stage"] = 1
     (out / "training.json").write_text(json.dumps(record))
+    seal(out)
     ranks = [
         type(r)(
             node=r.node,

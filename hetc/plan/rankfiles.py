@@ -42,13 +42,29 @@ def read_rank_file(path: str | Path) -> dict[str, Any]:
     return _read(Path(path), "rank.schema.json")
 
 
+def parse_cluster_file(text: str, path: str | Path) -> dict[str, Any]:
+    """`topology/cluster.json` from its content (read by the caller from `path`)."""
+    return _parse(text, Path(path), "cluster.schema.json")
+
+
+def parse_rank_file(text: str, path: str | Path) -> dict[str, Any]:
+    """One rank file from its content (read by the caller from `path`)."""
+    return _parse(text, Path(path), "rank.schema.json")
+
+
 def _read(path: Path, schema: str) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RankFileError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise RankFileError([f"{path}: not UTF-8: {exc.reason}"]) from None
+    return _parse(text, path, schema)
+
+
+def _parse(text: str, path: Path, schema: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RankFileError([f"{path}: not JSON: {exc}"]) from None
     problems = [

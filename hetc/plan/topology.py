@@ -37,17 +37,17 @@ Worked example (`P = 2`, 24 blocks, tied embeddings, global batch 64, microbatch
                                                                       shards 0 and 1 of 4
     tied-embedding/shard{c}of4 = (4, 6, 0, 8), (4, 6, 1, 8), (5, 7, 2, 9), (5, 7, 3, 9)
 
-Pipeline 0 moves activations from TP 2 to TP 4: they are cut into max(2, 4) = 4 chunks; chunk
-c goes from sender TP rank `c * 2 // 4` to receiver TP rank `c * 4 // 4` (rank 4 sends chunks
-0, 1 to ranks 0, 1; rank 5 sends 2, 3 to ranks 2, 3), and the receivers all-gather the chunks in
+Pipeline 0 moves activations from TP 2 to TP 4: they are cut into max(2, 4) = 4 chunks; chunk c
+goes from sender TP rank `c * 2 // 4` to receiver TP rank `c * 4 // 4` (rank 4 sends chunks 0,
+1 to ranks 0, 1; rank 5 sends 2, 3 to ranks 2, 3), and the receivers all-gather the chunks in
 their TP group. Every chunk has `boundary_chunk_elements` elements: the flat tensor is padded
 with zeros to a multiple of the chunk count (an odd hidden width times an odd sequence length
-does not divide), so that both sides of every send and of the all-gather agree on its size. Gradients travel the same pairs backwards. Batch shares are uneven (18 vs 14
-microbatches), so each rank's DeepSpeed triple is its own: pipeline 0's ranks run
-`micro 2 x accumulation 18 x data-parallel 2 = 72` and weight their loss by 2 * 18 / 32 =
-1.125, pipeline 1's `2 x 14 x 2 = 56` with weight 0.875; DeepSpeed divides each pipeline's
-gradient by its own accumulation x D, and the weights make the sum the mean over the whole
-global batch of 64.
+does not divide), so that both sides of every send and of the all-gather agree on its size.
+Gradients travel the same pairs backwards. Batch shares are uneven (18 vs 14 microbatches), so
+each rank's DeepSpeed triple is its own: pipeline 0's ranks run `micro 2 x accumulation 18 x
+data-parallel 2 = 72` and weight their loss by 2 * 18 / 32 = 1.125, pipeline 1's `2 x 14 x 2 =
+56` with weight 0.875; DeepSpeed divides each pipeline's gradient by its own accumulation x D,
+and the weights make the sum the mean over the whole global batch of 64.
 """
 
 from __future__ import annotations

@@ -1,65 +1,114 @@
 """`python -m hetc.runtime OUT_DIR`: what torchrun starts on every process of a compiled plan.
 
-Start-up (every process matches the plan, every process group checks out), then training for
-the run's steps (or `--steps`). Exit status 0 when all went well, 1 with one line on stderr
-otherwise. Each rank appends one JSON line per step to `HETC_RUN_DIR/metrics/rank-<r>.jsonl`
-(with the plan hash, so that `hetc calibrate` can tell runs of another plan apart);
-plan rank 0 also prints the loss of each step. `--resume` continues from a checkpoint;
-`hetc.runtime.checkpoint` says where checkpoints go and when they are written.
+Start-up (every process matches the plan, every input matches the compiled output's
+manifest, every process group checks out), then training for the run's steps (or `--steps`),
+resumed by default from the newest complete checkpoint in the run's checkpoint directory
+(`--from-scratch` starts at step 0 and keeps what is there). Each rank appends one JSON line
+per step to `HETC_RUN_DIR/metrics/rank-<r>.jsonl` (with the plan hash, so that `hetc
+calibrate` can tell runs of another plan apart); plan rank 0 also prints the loss of each
+step. A heartbeat names a lost or frozen peer (`hetc.runtime.heartbeat`); SIGUSR1 asks for a
+checkpoint and SIGTERM for a checkpoint and a clean stop (`hetc.runtime.signals`).
+
+Every exit says why in one line (tracebacks only with `--debug`), leaves an outcome record in
+`HETC_RUN_DIR/outcome/` and returns one of `hetc.plan.outcome`'s codes: 0 done, 1 failed,
+75 a peer was lost, 76 preempted (SIGTERM); 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
+from hetc.runtime.signals import Signals
 
-from hetc.runtime.checkpoint import (
-    Checkpointer,
-    CheckpointError,
-    checkpoint_root,
-    load_checkpoint,
-)
-from hetc.runtime.environment import profile_warning
-from hetc.runtime.startup import StartupError, start
-from hetc.runtime.train import StageTrainer, TrainingError, full_weights, train
+DEFAULT_HEARTBEAT = 30.0
+"""Seconds without a peer's heartbeat after which it is lost (`--heartbeat-timeout`)."""
+DEFAULT_GRACE = 25.0
+"""Seconds from SIGTERM to a complete checkpoint (`--term-grace`): within Slurm's default
+KillWait and torchrun's shutdown wait (30 s each) with 5 s to spare for exiting."""
+TRUE, FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
     return value
 
 
+def _flag(parser: argparse.ArgumentParser, variable: str) -> bool:
+    """A boolean option's default from the environment: 1/true/yes or 0/false/no/empty."""
+    value = os.environ.get(variable, "").strip().lower()
+    if value in TRUE:
+        return True
+    if value not in FALSE:
+        parser.error(f"{variable}={os.environ[variable]!r}: use 1 or 0")
+    return False
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hetc.runtime", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m hetc.runtime",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="what `hetc compile` wrote")
     parser.add_argument(
         "--timeout",
         type=_seconds,
         default=os.environ.get("HETC_STARTUP_TIMEOUT", "300"),
         metavar="SECONDS",
-        help="the longest any start-up step waits for the other processes"
-        " (default: $HETC_STARTUP_TIMEOUT or 300)",
+        help="the longest any start-up step, and any collective, waits for the other"
+        " processes (default: $HETC_STARTUP_TIMEOUT or 300); above the heartbeat timeout",
+    )
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=_seconds,
+        default=os.environ.get("HETC_HEARTBEAT_TIMEOUT"),
+        metavar="SECONDS",
+        help="a peer whose heartbeat is this old is lost: every rank stops with exit 75"
+        f" (default: $HETC_HEARTBEAT_TIMEOUT, else {DEFAULT_HEARTBEAT:g} or half of --timeout"
+        " if that is less)",
+    )
+    parser.add_argument(
+        "--term-grace",
+        type=_seconds,
+        default=os.environ.get("HETC_TERM_GRACE", str(DEFAULT_GRACE)),
+        metavar="SECONDS",
+        help="after SIGTERM, the time to complete a checkpoint before stopping without one"
+        f" (default: $HETC_TERM_GRACE or {DEFAULT_GRACE:g}; keep it below the scheduler's"
+        " SIGKILL delay: Slurm's KillWait, 30 s by default)",
     )
     parser.add_argument(
         "--steps",
         type=int,
         help="iterations to train (default: the run's, less those a resumed checkpoint did)",
     )
-    parser.add_argument(
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume",
         nargs="?",
         const="latest",
         metavar="PATH",
-        help="continue from a checkpoint: 'latest' (the default) in the run's checkpoint_dir,"
-        " a checkpoint step-<k> directory, or a checkpoint directory's latest",
+        help="continue from a checkpoint: 'latest' (the newest complete one in the run's"
+        " checkpoint_dir, also the default without this option), a checkpoint step-<k>"
+        " directory, or a checkpoint directory (its newest)",
+    )
+    start.add_argument(
+        "--from-scratch",
+        action="store_true",
+        help="start at step 0 even where checkpoints exist (they are kept, never replaced;"
+        " also $HETC_FROM_SCRATCH=1)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an error besides its one line (also $HETC_DEBUG=1)",
     )
     parser.add_argument(
         "--startup-only",
@@ -76,77 +125,30 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, with the environment's defaults; exits 2 on a usage error."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    from_scratch = args.resume is None and _flag(parser, "HETC_FROM_SCRATCH")
+    args.from_scratch = args.from_scratch or from_scratch
+    args.debug = args.debug or _flag(parser, "HETC_DEBUG")
+    if args.heartbeat_timeout is None:
+        args.heartbeat_timeout = min(DEFAULT_HEARTBEAT, args.timeout / 2)
+    if args.heartbeat_timeout >= args.timeout:
+        parser.error(
+            f"--heartbeat-timeout {args.heartbeat_timeout:g} must be below --timeout"
+            f" {args.timeout:g}: the heartbeat must name a lost peer before a collective"
+            " times out"
+        )
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if not torch.cuda.is_available() and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)  # several ranks share a CPU host's cores (tests, CI)
-    try:
-        started = start(args.out_dir, timeout=args.timeout)
-        rank = started.plan_rank
-        print(
-            f"hetc-runtime: rank {rank} of {started.world_size} ready"
-            f" (node {started.rank_file['node']}, local rank {started.rank_file['local_rank']},"
-            f" {len(started.groups)} groups verified)",
-            flush=True,
-        )
-        warning = profile_warning(
-            args.out_dir,
-            started.rank_file["node"],
-            cuda=dist.get_backend() == "nccl",
-            threads=torch.get_num_threads(),
-            device_index=started.rank_file["device_index"],
-        )
-        if warning is not None:
-            print(f"hetc-runtime: rank {rank}: warning: {warning}", file=sys.stderr, flush=True)
-        if args.startup_only:
-            print("hetc-runtime: start-up verified", flush=True)
-            return 0
-        trainer = StageTrainer(started, args.out_dir)
-        batch = trainer.training["global_batch_size"]
-        root = checkpoint_root(trainer)
-        first = 0 if args.resume is None else load_checkpoint(trainer, args.resume, root)
-        steps = args.steps if args.steps is not None else trainer.training["run"]["steps"] - first
-        steps = max(steps, 0)
-        checkpoints = Checkpointer(trainer, root, timeout=args.timeout, start_step=first)
-        metrics = started.run_dir / "metrics" / f"rank-{rank:05d}.jsonl"
-        metrics.parent.mkdir(parents=True, exist_ok=True)
-        with open(metrics, "a", encoding="utf-8") as log:
-            for record in train(trainer, steps, start_step=first):
-                line = {
-                    **record.as_json(),
-                    "samples_per_second": batch / record.seconds,
-                    "rank": rank,
-                    "plan_hash": started.rank_file["plan_hash"],
-                }
-                log.write(json.dumps(line, sort_keys=True) + "\n")
-                log.flush()
-                if rank == 0:
-                    print(
-                        f"hetc-runtime: step {record.step} loss {record.loss:.6f}"
-                        f" ({record.seconds:.3f} s, {batch / record.seconds:.1f} samples/s)",
-                        flush=True,
-                    )
-                checkpoints.after_step(record.step + 1)
-        checkpoints.close(first + steps)
-        if args.save_weights is not None:
-            weights = full_weights(trainer)
-            if weights is not None:
-                args.save_weights.mkdir(parents=True, exist_ok=True)
-                torch.save(weights, args.save_weights / f"stage{trainer.rank_file['stage']}.pt")
-        dist.barrier()
-        return 0
-    except StartupError as exc:
-        print(f"hetc-runtime: start-up failed: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except TrainingError as exc:
-        print(f"hetc-runtime: training failed: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except CheckpointError as exc:
-        print(f"hetc-runtime: checkpoint failed: {exc}", file=sys.stderr, flush=True)
-        return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    signals = Signals().install()  # before anything slow: a signal now is deferred, not fatal
+    args = parse_arguments(argv)
+    from hetc.runtime.session import run  # torch: after the signals and the usage check
+
+    return run(args, signals)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,13 @@ that wrote it. It stores each parameter of the model contract (`hetc.runtime.mod
 whole tensor under its name, and the optimizer's per-parameter state the same way, so another
 stage cut, data-parallel width or TP degree reads it by name and takes its own `shard`:
 
-    <checkpoint_dir>/latest                  "step-<k>": the newest complete checkpoint
+    <checkpoint_dir>/latest                  "step-<k>": the newest complete checkpoint (only
+                                             ever moved forward; `hetc.runtime.history`)
     <checkpoint_dir>/step-<k>/meta.json      step (the next step to train), data position,
                                              hetc version, model, optimizer (torch's class
-                                             name), plan hash that wrote it, fp16 loss-scaler
+                                             name), plan hash that wrote it, the run that
+                                             wrote it (a token, the step it started from),
+                                             fp16 loss-scaler
                                              state, optimizer state it could not save (then
                                              no run resumes from it), sha256 of every other
                                              file
@@ -38,23 +41,28 @@ writes that stage's files (the tied token table only from the first stage). The 
 copied to host memory while training waits, then a background thread writes them into
 `step-<k>.tmp-<token>/`, fsyncs them and drops a done marker carrying their digests (or a
 failed marker with the reason). Plan rank 0's thread waits for every writer's marker, writes
-meta.json, renames the directory to `step-<k>/` and replaces `latest`; a crash at any earlier
-point leaves `latest` on the previous complete checkpoint (and a `*.tmp-*` directory that
-may be deleted). The next checkpoint, and the end of the run, first wait for the write in
-flight; a failed write stops every rank with one message.
+meta.json, renames the directory to `step-<k>/` and moves `latest` forward; a crash at any
+earlier point leaves `latest` on the previous complete checkpoint (and a `*.tmp-*` directory
+that may be deleted). Where `step-<k>/` exists already (another run's), the existing one is
+kept and this run's copy removed: no run replaces a published checkpoint
+(`hetc.runtime.history` has the rules). The next checkpoint, and the end of the run, first
+wait for the write in flight; a failed write stops every rank with one message.
 
 Triggers (`Checkpointer.after_step`): every `run.checkpoint_every` steps, at the end of the
 run, when the run directory's `checkpoint-request` file appears (the Slurm USR1 trap writes
-it; the file is removed once that checkpoint is complete), and on SIGUSR1 to the process.
+it; the file is removed once that checkpoint is complete), on SIGUSR1 to the process, and on
+SIGTERM, after which the ranks stop once the checkpoint is complete (`hetc.runtime.signals`).
 Ranks see files and signals at different moments, so each iteration they all-reduce what
 they saw (in the iteration's one control all-reduce, before its optimizer step:
 `Checkpointer.observe`, `StageTrainer.agree`) and act together after it.
 
-Reading (`load_checkpoint`). Every rank reads the whole tensors of its own parameters,
-checks their sha256 against meta.json, and keeps its shard (on an engine's stage, the
-fragments of it that ZeRO gave the rank); any failure on any rank (a missing, truncated or
-corrupted file, another model) is gathered so that every rank stops with the same message
-naming the file, rather than some ranks hanging in the next collective.
+Reading (`load_checkpoint`). `--resume` with no path, and the runtime's default, take the
+newest complete checkpoint of the run's checkpoint directory (`hetc.runtime.history`). Every
+rank reads the whole tensors of its own parameters, checks their sha256 against meta.json, and
+keeps its shard (on an engine's stage, the fragments of it that ZeRO gave the rank); any
+failure on any rank (a missing, truncated or corrupted file, another model) is gathered so that
+every rank stops with the same message naming the file, rather than some ranks hanging in the
+next collective.
 """
 
 from __future__ import annotations
@@ -65,14 +73,13 @@ import json
 import os
 import secrets
 import shutil
-import signal
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import torch
@@ -80,7 +87,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from hetc.runtime.data import DataError, DataPosition
+from hetc.runtime.history import advance_latest, newest_checkpoint, publish
 from hetc.runtime.model import ParamSpec, shard
+from hetc.runtime.signals import Signals
 from hetc.runtime.startup import CHECKPOINT_REQUEST, checkpoint_requested, installed_hetc_version
 from hetc.runtime.train import TOKEN_TABLE, StageTrainer, TrainingError
 
@@ -88,6 +97,8 @@ FORMAT = 1
 """meta.json's `format`; a reader refuses others rather than misreading them."""
 LATEST = "latest"
 META = "meta.json"
+LATEST_CHOICE = "latest"
+"""`--resume`'s choice for the newest complete checkpoint of the run's directory."""
 
 Contents = dict[str, Tensor | dict[str, Tensor]]
 """File path inside a checkpoint -> a whole parameter, or a parameter's optimizer state."""
@@ -105,26 +116,17 @@ def checkpoint_root(trainer: StageTrainer) -> Path:
 # -- writing -------------------------------------------------------------------------------
 
 
-class SignalCount:
-    """The SIGUSR1 handler: it only counts, since the checkpoint itself needs every rank at an
-    iteration boundary. It is its own object, not a method of the Checkpointer, because
-    Python keeps a signal handler alive until interpreter shutdown: a handler that reached the
-    trainer would keep its process groups until then, and a gloo worker thread that drops a
-    tensor while the interpreter is finalizing cannot take the GIL and aborts the process
-    ("terminate called without an active exception", exit -6 after a clean error exit)."""
-
-    def __init__(self) -> None:
-        self.received = 0
-
-    def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.received += 1
-
-
 class Checkpointer:
     """One process's part in writing checkpoints; every method is called by every rank."""
 
     def __init__(
-        self, trainer: StageTrainer, root: Path, *, timeout: float, start_step: int
+        self,
+        trainer: StageTrainer,
+        root: Path,
+        *,
+        timeout: float,
+        start_step: int,
+        signals: Signals,
     ) -> None:
         self.trainer = trainer
         self.root = root
@@ -137,43 +139,63 @@ class Checkpointer:
         )
         self._saved = start_step
         """The step of the newest checkpoint taken or resumed from: never written twice."""
+        self._start_step = start_step
+        self._run_token = secrets.token_hex(8)
+        """Names this run in the meta.json it writes (plan rank 0's token is the one used)."""
         self._thread: threading.Thread | None = None
         self._error: str | None = None
         """Set by the background thread when its write failed."""
         self._serving_request = False
         """A checkpoint-request file is being served by the write in flight."""
-        self._signals = SignalCount()
-        self._signals_seen = 0
-        signal.signal(signal.SIGUSR1, self._signals)
+        self.signals = signals
+        self._checkpoints_seen = 0
+        self._stops_seen = 0
+        self._stop_weight = trainer.started.world_size + 1
+        """The signal field of the agreement counts SIGUSR1s as 1 and SIGTERMs as this, so
+        that one float summed over every rank says both (at most world-size of each)."""
+        self.stopping = False
+        """The ranks agreed to stop (SIGTERM) at this boundary; set by `after_step`."""
         # Weakly: a trainer that kept its checkpointer alive would be a reference cycle, freed
         # only by a later garbage collection, possibly at interpreter shutdown, where a gloo
         # worker thread dropping a tensor aborts the process (see SignalCount).
         trainer.observe = weakref.WeakMethod(self.observe)
 
-    def observe(self) -> list[bool]:
+    def observe(self) -> list[float]:
         """What this rank sees now, for the iteration's agreement (`StageTrainer.agree`): a
-        request file, a signal since the last look, its write still in flight, its write
-        failed."""
-        count = self._signals.received
-        signals, self._signals_seen = count - self._signals_seen, count
+        request file, the signals since the last look (a SIGUSR1 counts 1, a SIGTERM
+        `_stop_weight`), its write still in flight, its write failed."""
+        checkpoints, stops = self.signals.checkpoints, self.signals.stops
+        signalled = float(checkpoints > self._checkpoints_seen)
+        signalled += self._stop_weight * float(stops > self._stops_seen)
+        self._checkpoints_seen, self._stops_seen = checkpoints, stops
         busy = self._thread is not None and self._thread.is_alive()
         failed = not busy and self._error is not None
-        return [checkpoint_requested(self.trainer.started.run_dir), signals > 0, busy, failed]
+        requested = checkpoint_requested(self.trainer.started.run_dir)
+        return [float(requested), signalled, float(busy), float(failed)]
 
-    def after_step(self, next_step: int) -> None:
+    def after_step(self, next_step: int) -> bool:
         """Checkpoint before `next_step` if any rank was asked to (as the iteration just
-        trained agreed) or it is time to."""
-        requested, signalled, any_busy, any_failed = self.trainer.agreed_flags
+        trained agreed) or it is time to. Returns True when the ranks must stop now (a
+        SIGTERM somewhere): the checkpoint is then complete everywhere."""
+        requested, signals, any_busy, any_failed = self.trainer.agreed_values
+        stop = round(signals) >= self._stop_weight
+        signalled = round(signals) % self._stop_weight > 0
         if any_failed:
             self._settle()
         if self._serving_request:
             requested = False  # the file this look saw is the one being served
             if not any_busy:
                 self._remove_request()
+        if stop:
+            self.signals.stop_learnt()
+            self.stopping = True
+            self.close(next_step)
+            return True
         periodic = self.every is not None and next_step % self.every == 0
         if requested or signalled or periodic:
             self.save(next_step)
-            self._serving_request = requested
+            self._serving_request = bool(requested)
+        return False
 
     def close(self, step: int) -> None:
         """The end of the run: checkpoint `step` unless just done, and wait until it is
@@ -213,6 +235,7 @@ class Checkpointer:
             "model": trainer.training["model"],
             "optimizer": _update_rule(trainer),
             "plan_hash": trainer.rank_file["plan_hash"],
+            "written_by": {"run": self._run_token, "started_from": self._start_step},
             "loss_scaler": _loss_scaler(trainer),
         }
 
@@ -299,9 +322,17 @@ class Checkpointer:
         for writer in self.writers:
             (tmp / f"done-{writer:05d}.json").unlink()
         _sync_directory(tmp)
-        _publish(tmp, self.root / f"step-{step}")
-        _write_synced(self.root / f"{LATEST}.tmp-{tmp.name}", f"step-{step}\n".encode())
-        os.replace(self.root / f"{LATEST}.tmp-{tmp.name}", self.root / LATEST)
+        final = self.root / f"step-{step}"
+        if not _publish(tmp, final):
+            shutil.rmtree(tmp, ignore_errors=True)
+            print(
+                f"hetc-runtime: warning: {final} exists (another run's checkpoint); it is kept"
+                f" and this run's checkpoint of step {step} is not published",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        advance_latest(self.root, step)
         _sync_directory(self.root)
 
 
@@ -385,15 +416,13 @@ def _whole(trainer: StageTrainer, value: Tensor, spec: ParamSpec) -> Tensor:
     return torch.cat([by_tp[k] for k in range(trainer.tp_size)], dim=spec.tp_dim)
 
 
-def _publish(tmp: Path, final: Path) -> None:
-    """Rename `tmp` to `final`; a checkpoint of the same step from an earlier attempt (a run
-    resumed from before it) is replaced."""
-    old = final.with_name(f"{final.name}.old-{tmp.name.rsplit('-', 1)[1]}")
-    if final.exists():
-        os.rename(final, old)
-    os.rename(tmp, final)
-    _sync_directory(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
+def _publish(tmp: Path, final: Path) -> bool:
+    """Rename `tmp` to `final` unless a checkpoint is there already, which is never replaced
+    (`hetc.runtime.history.publish`); returns whether it was published."""
+    published = publish(tmp, final)
+    if published:
+        _sync_directory(final.parent)
+    return published
 
 
 def _json(record: Mapping[str, Any]) -> bytes:
@@ -437,29 +466,30 @@ def _all_gather(item: Any) -> list[Any]:
 
 
 def resolve(choice: str, root: Path) -> Path:
-    """The checkpoint that `--resume CHOICE` names: 'latest' is `root`'s newest; a path is a
-    checkpoint (a directory with meta.json) or a checkpoint directory (with `latest`)."""
-    where = root if choice == LATEST else Path(choice)
+    """The checkpoint that `--resume CHOICE` names: 'latest' is `root`'s newest complete one;
+    a path is a checkpoint (a directory with meta.json) or a checkpoint directory (its newest
+    complete checkpoint, `hetc.runtime.history.newest_checkpoint`)."""
+    where = root if choice == LATEST_CHOICE else Path(choice)
     if (where / META).is_file():
         return where
-    pointer = where / LATEST
-    try:
-        name = pointer.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
+    newest = newest_checkpoint(where)
+    if newest is None:
         raise CheckpointError(
             f"{where} is neither a checkpoint (no {META}) nor a checkpoint directory (no"
-            f" {LATEST}): nothing to resume from"
-        ) from None
-    return where / name
+            " step-<k> directory): nothing to resume from"
+        )
+    return newest[0]
 
 
-def load_checkpoint(trainer: StageTrainer, choice: str, root: Path) -> int:
+def load_checkpoint(trainer: StageTrainer, choice: str, root: Path) -> tuple[Path, int]:
     """Load the checkpoint `choice` names (see `resolve`) into this rank's parameters and
-    optimizer; returns the step to train next. Every rank calls it; all succeed or all raise
-    the same CheckpointError."""
+    optimizer; returns it and the step to train next. Every rank calls it; all succeed or all
+    raise the same CheckpointError."""
     error, step = None, None
+    path = root
     try:
-        step = _load(trainer, resolve(choice, root))
+        path = resolve(choice, root)
+        step = _load(trainer, path)
     except Exception as exc:  # any rank's failure must reach every rank, or the others hang
         error = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
     gathered = _all_gather((trainer.started.plan_rank, error, step))
@@ -472,10 +502,10 @@ def load_checkpoint(trainer: StageTrainer, choice: str, root: Path) -> int:
     if len(steps) != 1:
         raise CheckpointError(
             f"the ranks resumed from different steps {sorted(steps)}: every node must see the"
-            f" same {LATEST} in {root}"
+            f" same checkpoints in {root}"
         )
     assert step is not None
-    return step
+    return path, step
 
 
 def _load(trainer: StageTrainer, path: Path) -> int:

@@ -9,11 +9,15 @@ verdict from the same data, so that all stop with one message or all go on. The 
 created in cluster.json's one order and each is checked with an all-reduce of known values.
 Every collective here runs under the start-up timeout: a missing peer ends in a StartupError,
 never in a hang.
+
+What each process reads is checked against the compiled output's manifest before anything
+is parsed (`hetc.runtime.inputs`), and every process announces the sha256 of its manifest:
+a file edited on one node, or an output recompiled on one node, stops every rank with one
+message naming the file and the node.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -29,7 +33,9 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 import torch.distributed as dist
 
-from hetc.plan import RankFileError, read_cluster_file, read_rank_file
+from hetc.plan import RankFileError
+from hetc.plan.rankfiles import parse_cluster_file, parse_rank_file
+from hetc.runtime.inputs import Inputs
 
 CHECKPOINT_REQUEST = "checkpoint-request"
 """A file in the run directory whose existence asks for a checkpoint (the Slurm batch script's
@@ -42,6 +48,11 @@ T = TypeVar("T")
 
 class StartupError(RuntimeError):
     """Start-up cannot go on; the message says what is wrong and what would be right."""
+
+    def __init__(self, message: str, *, rank_file: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.rank_file = rank_file
+        """This process's rank file, where it was read: who it is in the plan."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +71,8 @@ class Startup:
     torch_ranks: dict[int, int]
     """The torch rank of every plan rank."""
     run_dir: Path
+    inputs: Inputs
+    """The output directory's files this rank read, checked against the manifest."""
 
 
 class Announcement(NamedTuple):
@@ -72,6 +85,8 @@ class Announcement(NamedTuple):
     hetc_version: str
     problem: str | None
     """What this process found wrong on its own (files, environment)."""
+    manifest: str | None = None
+    """The sha256 of the compiled output's manifest.json it read; None when unreadable."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +96,7 @@ class _Local:
     cluster: dict[str, Any] | None
     rank_file: dict[str, Any] | None
     problem: str | None
+    inputs: Inputs
 
 
 def start(out_dir: Path, *, timeout: float) -> Startup:
@@ -96,11 +112,12 @@ def start(out_dir: Path, *, timeout: float) -> Startup:
         None if local.cluster is None else local.cluster["plan_hash"],
         installed_hetc_version(),
         local.problem,
+        local.inputs.digest,
     )
     announcements = _all_gather(mine, "exchanging who each process is", timeout)
     problem = verdict(announcements, local.cluster)
     if problem is not None:
-        raise StartupError(problem)
+        raise StartupError(problem, rank_file=local.rank_file)
     assert local.cluster is not None and local.rank_file is not None  # a good verdict has both
     torch_ranks = _torch_ranks(announcements, local.cluster)
     plan_rank = local.rank_file["rank"]
@@ -115,6 +132,7 @@ def start(out_dir: Path, *, timeout: float) -> Startup:
         group_ranks={name: members for name, (_, members) in groups.items()},
         torch_ranks=torch_ranks,
         run_dir=Path(os.environ.get("HETC_RUN_DIR", "hetc-run")),
+        inputs=local.inputs,
     )
     _write_record(started, node, local_rank, time.monotonic() - began, out_dir)
     return started
@@ -139,27 +157,46 @@ def _launcher_key() -> Key:
 
 
 def _read_local(out_dir: Path, node: str | None, local_rank: int) -> _Local:
-    """Read cluster.json and this process's rank file; an unknown key is no local problem, for
-    the verdict names it together with the key that nobody started."""
+    """Read and check this process's inputs (`Inputs`), then parse cluster.json and its rank
+    file; an unknown key is no local problem, for the verdict names it together with the key
+    that nobody started. Files that differ from the manifest are a problem even where they
+    parse: the verdict stops every rank on them."""
+    inputs = Inputs.open(out_dir)
+    cluster_path = out_dir / "topology" / "cluster.json"
+    text = inputs.text("topology/cluster.json")
+    if text is None:
+        return _Local(None, None, inputs.problem(), inputs)
     try:
-        cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
+        cluster = parse_cluster_file(text, cluster_path)
     except RankFileError as exc:
-        return _Local(None, None, str(exc))
+        return _Local(None, None, _joined(inputs.problem(), str(exc)), inputs)
     if node is None:
-        return _Local(cluster, None, "HETC_NODE is not set (the launch scripts export its node id)")
+        unset = "HETC_NODE is not set (the launch scripts export its node id)"
+        return _Local(cluster, None, _joined(inputs.problem(), unset), inputs)
     process = _process_of(cluster, (node, local_rank))
     if process is None:
-        return _Local(cluster, None, None)
-    path = out_dir / "topology" / process["rank_file"]
+        return _Local(cluster, None, inputs.problem(), inputs)
+    relative = f"topology/{process['rank_file']}"
+    path = out_dir / relative
+    inputs.check(relative)
+    text = inputs.text(relative)
+    if text is None:
+        return _Local(cluster, None, inputs.problem(), inputs)
     try:
-        rank_file = read_rank_file(path)
+        rank_file = parse_rank_file(text, path)
     except RankFileError as exc:
-        return _Local(cluster, None, str(exc))
-    problems = [
+        return _Local(cluster, None, _joined(inputs.problem(), str(exc)), inputs)
+    inputs.check(rank_file["deepspeed_config"])
+    problem = _joined(
         _disagreement(path, rank_file, cluster, node, process),
-        _plan_file_problem(out_dir, cluster),
-    ]
-    return _Local(cluster, rank_file, "; ".join(p for p in problems if p) or None)
+        _plan_file_problem(out_dir, cluster, inputs),
+        inputs.problem(),
+    )
+    return _Local(cluster, rank_file, problem, inputs)
+
+
+def _joined(*problems: str | None) -> str | None:
+    return "; ".join(p for p in problems if p) or None
 
 
 def _process_of(cluster: dict[str, Any], key: Key) -> dict[str, Any] | None:
@@ -192,12 +229,11 @@ def _disagreement(
     )
 
 
-def _plan_file_problem(out_dir: Path, cluster: dict[str, Any]) -> str | None:
+def _plan_file_problem(out_dir: Path, cluster: dict[str, Any], inputs: Inputs) -> str | None:
     path = out_dir / "plan.json"
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        return f"{path}: cannot read: {exc.strerror or exc}"
+    if inputs.text("plan.json") is None:
+        return None  # unreadable: `inputs` says so
+    digest = inputs.digest_of("plan.json") or ""
     if digest == cluster["plan_hash"]:
         return None
     return (
@@ -282,6 +318,12 @@ def _agreement_problems(announcements: Sequence[Announcement]) -> list[str]:
         [a.plan_hash for a in announcements],
         announcements,
         "copy the output directory of one `hetc compile` to every node",
+    )
+    problems += _differences(
+        "compiled outputs (sha256 of manifest.json)",
+        [None if a.manifest is None else f"{a.manifest[:12]}..." for a in announcements],
+        announcements,
+        "copy the output directory of one `hetc compile` to every node unchanged",
     )
     problems += _differences(
         "hetc versions",

@@ -60,7 +60,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from hetc.plan import Plan, capability_problems, plan_from_json, read_cluster_file
+from hetc.plan import Plan, capability_problems, plan_from_json
+from hetc.plan.rankfiles import parse_cluster_file
 from hetc.plan.topology import boundary_chunk_elements
 from hetc.runtime.data import SYNTHETIC, TrainingData, pipeline_samples
 from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
@@ -210,9 +211,10 @@ class StageTrainer:
     def __init__(self, started: Startup, out_dir: Path, *, data_dir: Path | None = None) -> None:
         self.started = started
         self.rank_file = rf = started.rank_file
-        self.training = json.loads((out_dir / "training.json").read_text(encoding="utf-8"))
-        self.deepspeed = json.loads((out_dir / rf["deepspeed_config"]).read_text(encoding="utf-8"))
-        self.plan: Plan = plan_from_json((out_dir / "plan.json").read_text(encoding="utf-8"))
+        # The files as start-up read and checked them against the manifest (inputs.py).
+        self.training = json.loads(_checked(started, "training.json"))
+        self.deepspeed = json.loads(_checked(started, rf["deepspeed_config"]))
+        self.plan: Plan = plan_from_json(_checked(started, "plan.json"))
         refused = capability_problems(
             self.plan,
             zero_stage=self.training["zero_stage"],
@@ -223,7 +225,9 @@ class StageTrainer:
                 "this plan needs what the runtime cannot run (hetc/plan/capability.py): "
                 + "; ".join(refused)
             )
-        cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
+        cluster = parse_cluster_file(
+            _checked(started, "topology/cluster.json"), out_dir / "topology" / "cluster.json"
+        )
         self.members = {
             p["rank"]: Member(
                 rank=p["rank"],
@@ -294,12 +298,12 @@ class StageTrainer:
         """Whether `_synchronise` has data-parallel work: a group of several replicas, or
         gradients to round to fp16 (a stage of one replica in fp32 or bf16 has none)."""
         self.clock = IterationClock()
-        self.observe: Callable[[], Callable[[], Sequence[bool]] | None] | None = None
+        self.observe: Callable[[], Callable[[], Sequence[float]] | None] | None = None
         """A weak reference to what gives the flags every rank must agree on each iteration,
         read just before its control all-reduce (`agree`): the checkpointer's
         `Checkpointer.observe`, which stays alive for the whole of training."""
-        self.agreed_flags: tuple[bool, ...] = ()
-        """Those flags after the last iteration's agreement: any rank's True is True."""
+        self.agreed_values: tuple[float, ...] = ()
+        """Those values after the last iteration's agreement, summed over every rank."""
         self._sends: list[tuple[dist.Work, Tensor]] = []
         """Sends in flight, with their tensors (kept alive until the sends complete)."""
 
@@ -470,7 +474,7 @@ class StageTrainer:
         (none where the plan has one rank): the loss (counted by the TP-rank-0 of each
         last-stage replica), then the clip's squared norm (when clipping), the fp16 overflow
         flag (under fp16; a count of ranks, so > 0 means any) and the flags `observe` gives
-        (the checkpointer's; > 0 likewise). Every rank sends the same fields, as
+        (the checkpointer's, summed: `agreed_values`). Every rank sends the same fields, as
         `hetc.costmodel.traffic` lists them. One call rather than one per value: in gloo each
         collective hands its buffer to a worker thread, ~0.1 ms whatever its size."""
         counted = loss_sum if self.last and self.tp_rank == 0 else torch.zeros_like(loss_sum)
@@ -481,7 +485,7 @@ class StageTrainer:
         observe = self.observe() if self.observe is not None else None
         flags = tuple(observe()) if observe is not None else ()
         host = [float(overflow)] if self.precision == "fp16" else []
-        host += [float(flag) for flag in flags]
+        host += [float(value) for value in flags]
         fields.append(torch.tensor(host, dtype=torch.float64).to(self.device))
         values = torch.cat(fields)
         if self.started.world_size > 1:
@@ -492,7 +496,7 @@ class StageTrainer:
             norm, at = math.sqrt(summed[at]), at + 1
         if self.precision == "fp16":
             overflow, at = summed[at] > 0, at + 1
-        self.agreed_flags = tuple(value > 0 for value in summed[at:])
+        self.agreed_values = tuple(summed[at:])
         return Agreed(loss=summed[0] / self.tokens_per_batch, overflow=overflow, norm=norm)
 
     # -- synchronisation -----------------------------------------------------------------
@@ -584,6 +588,13 @@ class StageTrainer:
         for tensor in tensors:
             square += square_norm(tensor)
         return square
+
+
+def _checked(started: Startup, relative: str) -> str:
+    text = started.inputs.text(relative)
+    if text is None:  # start-up stops every rank on an unreadable input first
+        raise TrainingError(f"{started.inputs.out_dir / relative} could not be read")
+    return text
 
 
 def _with_data_path(training: Mapping[str, Any], data_dir: Path | None) -> dict[str, Any]:
