@@ -220,6 +220,7 @@ def _this(*options: str, args: argparse.Namespace) -> list[str]:
 def run_runtime(args: argparse.Namespace, out: Path, run_dir: Path) -> list[dict[str, Any]]:
     """`python -m hetc.runtime OUT` as the one rank of its plan; its metrics, one per step."""
     command = [sys.executable, "-m", "hetc.runtime", str(out), "--steps", str(args.steps)]
+    command.append("--from-scratch")  # a reused --work directory holds the last run's checkpoint
     _run(command, _rank_env(args, out, run_dir), "the runtime")
     lines = (run_dir / "metrics" / "rank-00000.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
@@ -363,7 +364,7 @@ def profile_runtime(out: Path, steps: int, warmup: int, path: Path) -> int:
 
     train.StageTrainer.train_step = train_step  # type: ignore[method-assign]
     checkpoint.Checkpointer.close = closing  # type: ignore[method-assign]
-    return runtime_main([str(out), "--steps", str(steps)])
+    return runtime_main([str(out), "--steps", str(steps), "--from-scratch"])
 
 
 def _label(key: tuple[str, int, str]) -> str:

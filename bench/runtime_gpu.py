@@ -67,7 +67,7 @@ def _run_rank(out: Path, run: Path, steps: int) -> float:
     }
     began = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "hetc.runtime", str(out), "--steps", str(steps)],
+        [sys.executable, "-m", "hetc.runtime", str(out), "--steps", str(steps), "--from-scratch"],
         env=env,
         capture_output=True,
         text=True,

@@ -97,15 +97,16 @@ def _dump(data: object) -> str:
 
 def write_output(plan: Plan, out_dir: Path, *, tied_embeddings: bool = True) -> Topology:
     """What `hetc compile` writes for the runtime's start-up: plan.json, the topology files,
-    stand-ins for training.json and the DeepSpeed config (start-up checks them against the
-    manifest but does not parse them), and the manifest."""
+    stand-ins for training.json and the DeepSpeed config where there are none yet (start-up
+    checks them against the manifest but does not parse them), and the manifest."""
     topology = topology_of(plan, tied_embeddings=tied_embeddings)
     cluster = cluster_record(plan, topology)
     (out_dir / "topology" / "ranks").mkdir(parents=True, exist_ok=True)
     (out_dir / "deepspeed").mkdir(exist_ok=True)
     (out_dir / "plan.json").write_text(plan_to_json(plan), encoding="utf-8")
-    (out_dir / "training.json").write_text("{}\n", encoding="utf-8")
-    (out_dir / "deepspeed" / "x.json").write_text("{}\n", encoding="utf-8")
+    for stand_in in ("training.json", "deepspeed/x.json"):
+        if not (out_dir / stand_in).exists():  # a test may have written its own
+            (out_dir / stand_in).write_text("{}\n", encoding="utf-8")
     (out_dir / "topology" / "cluster.json").write_text(_dump(cluster), encoding="utf-8")
     node_index = {n.id: i for i, n in enumerate(plan.nodes)}
     for process in topology.processes:
