@@ -320,11 +320,25 @@ def launch(
         list[int] | None,
         typer.Option("--node", min=0, help="Start only this node index (repeatable; debugging)."),
     ] = None,
+    from_scratch: Annotated[
+        bool,
+        typer.Option(
+            "--from-scratch", help="Start at step 0 instead of the newest complete checkpoint."
+        ),
+    ] = False,
 ) -> None:
-    """Run every node script of a compiled plan on this host, streaming their output."""
+    """Run every node script of a compiled plan on this host, streaming their output; resumes
+    from the run's newest complete checkpoint unless --from-scratch."""
     from hetc.local_launch import run_launch
 
-    code = run_launch(out_dir, run_dir=run_dir, timeout=timeout, only=node or (), echo=typer.echo)
+    code = run_launch(
+        out_dir,
+        run_dir=run_dir,
+        timeout=timeout,
+        only=node or (),
+        echo=typer.echo,
+        from_scratch=from_scratch,
+    )
     if code:
         raise typer.Exit(code)
 

@@ -24,7 +24,7 @@ LONG = 3000
 """Characters in a flood line: more than a pipe writes atomically."""
 
 FAKE_TORCHRUN = r"""#!/usr/bin/env bash
-echo "fake-torchrun node=$HETC_NODE out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} $*"
+echo "fake-torchrun node=$HETC_NODE out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} scratch=${HETC_FROM_SCRATCH:-} $*"
 echo "fake-torchrun stderr $HETC_NODE" >&2
 echo $$ > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
 if [[ -n "${FAKE_LINES:-}" ]]; then
@@ -33,7 +33,7 @@ if [[ -n "${FAKE_LINES:-}" ]]; then
 fi
 if [[ "$HETC_NODE" == "${FAKE_FAIL_NODE:-}" ]]; then
     for i in $(seq 30); do echo "fail line $i"; done
-    exit 3
+    exit "${FAKE_FAIL_CODE:-3}"
 fi
 sleep "${FAKE_SLEEP:-0}" &  # a child of its own: stopping the node must reach its group
 echo $! > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
@@ -151,7 +151,7 @@ def test_every_node_starts_once_and_every_line_arrives_whole(
     assert floods == {node_id: lines for node_id in node_ids}
     for node_id in node_ids:
         assert f"] fake-torchrun stderr {node_id}" in done.stderr
-    assert "hetc: all 2 node(s) exited 0" in done.stderr
+    assert done.stderr.splitlines()[-1] == "hetc: done: all 2 node(s) exited 0"
 
 
 def test_the_users_restarts_setting_is_kept(compiled: Path, fake: dict[str, str]) -> None:
@@ -174,8 +174,56 @@ def test_a_failing_node_stops_the_others_and_is_named(
     tail = [line.strip() for line in summary.splitlines()[1:-1]]
     assert len(tail) == 20 and tail[-1] == "fail line 30"
     assert "fail line 11" in tail and "fail line 10" not in tail
-    assert summary.splitlines()[-1] == f"hetc: stopped node0000 {node_ids[0]}"
+    assert summary.splitlines()[-1] == (
+        f"hetc: failed: node0001 {failing} exited first (exit code 3);"
+        f" stopped node0000 {node_ids[0]}"
+    )
     _assert_all_gone(fake)
+
+
+@pytest.mark.parametrize(
+    ("code", "meaning", "status"),
+    [(75, "peer lost", 75), (76, "preempted", 76), (1, "failed", 1)],
+)
+def test_the_last_line_says_what_the_first_nodes_exit_status_means(
+    compiled: Path,
+    node_ids: list[str],
+    fake: dict[str, str],
+    code: int,
+    meaning: str,
+    status: int,
+) -> None:
+    """A node script's 75 or 76 (hetc.plan.outcome) is a run that can resume: hetc launch says
+    so and exits with it; any other status is a failure, exit 1."""
+    failing = node_ids[1]
+    env = {**fake, "FAKE_FAIL_NODE": failing, "FAKE_FAIL_CODE": str(code), "FAKE_SLEEP": "60"}
+    done = _launch(compiled, env)
+    assert done.returncode == status, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"hetc: {meaning}: node0001 {failing} exited first (exit code {code});"
+        f" stopped node0000 {node_ids[0]}"
+    ), last
+    resumable = "resumes from its newest complete checkpoint" in last
+    assert resumable == (meaning != "failed")
+    _assert_all_gone(fake)
+
+
+def test_resuming_is_the_default_and_from_scratch_reaches_every_node(
+    compiled: Path, fake: dict[str, str]
+) -> None:
+    """Without --from-scratch no node starts over, even with HETC_FROM_SCRATCH left in the
+    caller's environment; with it, every node script gets --from-scratch."""
+    done = _launch(compiled, {**fake, "HETC_FROM_SCRATCH": "1"})
+    assert done.returncode == 0, done.stderr
+    assert all(" scratch= " in run[0] for run in _started(done.stdout).values())
+    assert "(resuming from the newest complete checkpoint, if any)" in done.stderr
+    done = _launch(compiled, fake, "--from-scratch", "--node", "1")
+    assert done.returncode == 0, done.stderr
+    assert all(" scratch=1 " in run[0] for run in _started(done.stdout).values())
+    assert "(from scratch)" in done.stderr
+    join = next(line for line in done.stderr.splitlines() if "to join it:" in line)
+    assert join.endswith("node0000.sh --from-scratch")
 
 
 def test_timeout_stops_every_node_and_fails(compiled: Path, fake: dict[str, str]) -> None:
@@ -183,7 +231,7 @@ def test_timeout_stops_every_node_and_fails(compiled: Path, fake: dict[str, str]
     done = _launch(compiled, {**fake, "FAKE_SLEEP": "60"}, "--timeout", "1")
     assert done.returncode == 1, done.stderr
     assert time.monotonic() - began < 20
-    assert "hetc: timed out after 1 s; stopped node0000" in done.stderr
+    assert "hetc: failed: timed out after 1 s; stopped node0000" in done.stderr
     _assert_all_gone(fake)
 
 
@@ -205,7 +253,10 @@ def test_interrupt_stops_every_node(
     hetc.send_signal(sig)
     _, stderr = hetc.communicate(timeout=30)
     assert hetc.returncode == code, stderr
-    assert f"hetc: {sig.name}: stopped every node" in stderr
+    assert stderr.splitlines()[-1] == (
+        f"hetc: {sig.name}: stopped every node (preempted); `hetc launch {compiled}` resumes"
+        " from its newest complete checkpoint"
+    ), "each node script forwarded the stop to its torchrun and exited 76"
     _assert_all_gone(fake)
 
 
