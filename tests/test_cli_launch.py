@@ -24,7 +24,8 @@ LONG = 3000
 """Characters in a flood line: more than a pipe writes atomically."""
 
 FAKE_TORCHRUN = r"""#!/usr/bin/env bash
-echo "fake-torchrun node=$HETC_NODE out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} scratch=${HETC_FROM_SCRATCH:-} $*"
+where="out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} scratch=${HETC_FROM_SCRATCH:-}"
+echo "fake-torchrun node=$HETC_NODE $where $*"
 echo "fake-torchrun stderr $HETC_NODE" >&2
 echo $$ > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
 if [[ -n "${FAKE_LINES:-}" ]]; then
