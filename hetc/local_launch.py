@@ -61,6 +61,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 class InvalidOutput(Exception):
     """OUT_DIR is not what `hetc compile` wrote, or was changed since."""
 
+    def __init__(self, message: str, *, plan_edited: bool = False) -> None:
+        super().__init__(message)
+        self.plan_edited = plan_edited
+
 
 class _Signalled(Exception):
     """hetc itself was told to stop. The nodes run in sessions of their own, out of reach of
@@ -141,7 +145,8 @@ def node_scripts(out_dir: Path) -> list[NodeScript]:
     if edits:
         raise InvalidOutput(
             f"{out_dir} was changed since hetc compiled it: {'; '.join(edits)}."
-            " Compile again instead of editing the output"
+            " Compile again instead of editing the output",
+            plan_edited="plan.json was edited" in edits,
         )
     try:
         cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
@@ -412,6 +417,12 @@ def run_launch(
         nodes = node_scripts(pinned)
     except InvalidOutput as exc:
         echo(f"hetc: {exc}", err=True)
+        if exc.plan_edited:
+            echo(
+                f"hetc: to run the edited plan: hetc compile SPEC --plan {out_dir}/plan.json"
+                f" -o {out_dir}",
+                err=True,
+            )
         return 1
     unknown = sorted(set(only) - {n.index for n in nodes})
     if unknown:

@@ -286,6 +286,16 @@ def test_edited_or_foreign_output_is_refused(tmp_path: Path, fake: dict[str, str
     assert "launch/node0000.sh was edited" in done.stderr
     assert "notes.txt is not in the manifest" in done.stderr
     assert not _started(done.stdout)
+    assert "--plan" not in done.stderr
+
+    plan = out / "plan.json"
+    plan.write_text(
+        plan.read_text(encoding="utf-8").replace('"microbatches": 2', '"microbatches": 2 ')
+    )
+    done = _launch(out, fake)
+    assert done.returncode == 1
+    hint = f"hetc: to run the edited plan: hetc compile SPEC --plan {out}/plan.json -o {out}"
+    assert done.stderr.splitlines()[-1] == hint
 
     (tmp_path / "plain").mkdir()
     done = _launch(tmp_path / "plain", fake)
