@@ -340,6 +340,7 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
         compiled, env, "--run-dir", str(tmp_path / "run"), "--timeout", "240", timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1] == "hetc: done: all 2 node(s) exited 0"
     for rank in range(4):
         ready = [
             line

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -298,3 +299,99 @@ def test_a_requeued_job_resumes_in_the_same_run_directory(
     assert scratch == ["1"] * 6 + [None] * 6
     assert {s["env"]["HETC_RUN_DIR"] for s in starts} == {str(work / "hetc-run-4242")}  # type: ignore[index]
     assert "requeued (restart 1): resuming" in runs[1]
+
+
+WORKER = r"""
+import json, os, signal, sys, time
+def note(**event):
+    with open(os.environ["WORKER_LOG"], "a") as log:
+        log.write(json.dumps({"rank": int(os.environ["LOCAL_RANK"]), **event}) + "\n")
+def on_term(signum, frame):
+    note(event="term")
+    time.sleep(0.5)  # a checkpoint's worth of work
+    note(event="exit", code=76)
+    os._exit(76)
+signal.signal(signal.SIGTERM, on_term)
+note(event="start", usr1_ignored=signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN)
+code = int(os.environ.get("WORKER_EXIT", "-1"))
+if code >= 0:
+    note(event="exit", code=code)
+    sys.exit(code)
+time.sleep(120)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.mark.slow
+def test_real_torchrun_passes_sigterm_on_and_reports_any_worker_exit_as_1(
+    tmp_path: Path,
+) -> None:
+    """torch's torchrun under a node script, with workers that act as the runtime promises
+    (exit 75 or 76): USR1 to torchrun itself is ignored; SIGTERM to the script reaches every
+    worker once, which stop with 76, torchrun exits 1 and the script 76; workers that exit 75
+    on their own make torchrun exit 1, which the script passes on (what docs/compile.md says
+    torchrun does with the runtime's codes)."""
+    spec = tmp_path / "one.yaml"
+    spec.write_text(
+        (ROOT / "examples" / "local-cpu.yaml")
+        .read_text()
+        .replace("quota: 4, gpus_per_node: 2", "quota: 2, gpus_per_node: 2")
+        .replace("data/tiny-corpus.bin", str(ROOT / "examples" / "data" / "tiny-corpus.bin"))
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["compile", str(spec), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    wrapper = tmp_path / "torchrun"
+    real = Path(sys.executable).parent / "torchrun"
+    # the node script's torchrun, with the worker in place of `-m hetc.runtime OUT`
+    wrapper.write_text(f'#!/usr/bin/env bash\nexec "{real}" "${{@:1:$#-3}}" "{worker}"\n')
+    wrapper.chmod(0o755)
+    log = tmp_path / "workers.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HETC_", "WORKER_"))}
+    env.update(
+        HETC_TORCHRUN=str(wrapper),
+        HETC_RUN_DIR=str(tmp_path / "run"),
+        HETC_RDZV_ENDPOINT=f"127.0.0.1:{_free_port()}",
+        WORKER_LOG=str(log),
+    )
+
+    def events() -> list[dict[str, object]]:
+        return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+    script = out / "launch" / "node0000.sh"
+    process = _start(script, env)
+    deadline = time.monotonic() + 120
+    while len([e for e in events() if e["event"] == "start"]) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
+        time.sleep(0.2)
+    assert all(e["usr1_ignored"] for e in events() if e["event"] == "start")
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    (agent,) = [int(pid) for pid in children]
+    os.kill(agent, signal.SIGUSR1)
+    time.sleep(0.5)
+    assert process.poll() is None, "USR1 to torchrun stopped nothing"
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == EXIT_PREEMPTED, output
+    assert "(torchrun exited 1)" in output
+    ends = sorted((e["rank"], e["event"], e.get("code")) for e in events() if e["event"] != "start")
+    assert ends == [(0, "exit", 76), (0, "term", None), (1, "exit", 76), (1, "term", None)]
+
+    log.unlink()
+    done = subprocess.run(
+        ["bash", str(script)],
+        env={**env, "WORKER_EXIT": "75"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert [e["code"] for e in events() if e["event"] == "exit"] == [75, 75]
+    assert done.returncode == 1, done.stderr

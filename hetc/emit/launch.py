@@ -10,6 +10,15 @@ its components in component order, the order written here). User strings reach s
 since Slurm does not shell-parse those lines. The one exception is a site's `prologue`, which
 is shell code by definition: it is written as given to `launch/<site>.prologue.sh`, which the
 scripts source (so shellcheck judges hetc's scripts, not the user's prologue).
+
+Every script resumes by default (the runtime does, unless HETC_FROM_SCRATCH is set, which
+`--from-scratch` does) and stands between its signals and torchrun: torchrun passes on
+whatever it handles and exits 1 whatever its workers returned, so the node script runs it in
+the background with USR1, INT and HUP ignored, turns USR1 into a checkpoint request and TERM,
+INT or HUP into one SIGTERM to torchrun, and exits 76 (`hetc.plan.outcome`) after such a stop.
+The batch script does the same for its step, asks Slurm to requeue the job after a failure or
+preemption, and keeps the run directory (the job id) across requeues. docs/compile.md has the
+measurements behind these choices.
 """
 
 from __future__ import annotations
