@@ -349,3 +349,15 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
             if PREFIXED.fullmatch(line) and f"hetc-runtime: rank {rank} of 4 ready" in line
         ]
         assert len(ready) == 1, (rank, done.stdout[-3000:])
+
+
+def test_a_term_grace_that_is_not_seconds_is_an_environment_problem(
+    compiled: Path, fake: dict[str, str]
+) -> None:
+    """HETC_TERM_GRACE sets how long hetc waits before SIGKILL (and the scripts' arithmetic):
+    a value that is not whole seconds stops hetc launch before any node starts."""
+    done = _launch(compiled, {**fake, "HETC_TERM_GRACE": "soon"})
+    assert done.returncode == 4
+    assert "HETC_TERM_GRACE=soon is not a whole number of seconds" in done.stderr
+    assert "To fix:" in done.stderr
+    assert not list(Path(fake["FAKE_PIDS"]).iterdir())
