@@ -242,6 +242,10 @@ def test_from_scratch_reaches_the_runtime_and_resuming_is_the_default(
     wrong = subprocess.run(["bash", str(script), "--resume"], env=fake.env(), capture_output=True)
     assert wrong.returncode == 2
     assert b"usage: bash node0000.sh [--from-scratch]" in wrong.stderr
+    grace = fake.env(HETC_TERM_GRACE="1m")
+    wrong = subprocess.run(["bash", str(script)], env=grace, capture_output=True)
+    assert wrong.returncode == 2
+    assert b"HETC_TERM_GRACE=1m is not a whole number of seconds" in wrong.stderr
     assert len(fake.of("start")) == 2, "nothing started"
 
 
