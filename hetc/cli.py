@@ -269,8 +269,9 @@ def compile_command(
         bool, typer.Option("--force", help="Replace an output hetc did not write (or was edited).")
     ] = False,
     top: Annotated[
-        int, typer.Option("--top", min=1, help="Plans in the report: the best and alternatives.")
-    ] = 3,
+        int | None,
+        typer.Option("--top", min=1, help="Plans in the report: the best and alternatives (3)."),
+    ] = None,
     exact: ExactFlag = False,
     approximations: ApproximationsOption = None,
     time_limit: TimeLimitOption = None,
@@ -281,17 +282,57 @@ def compile_command(
     profile: ProfileFiles = None,
     strict_profiles: StrictFlag = False,
     measured_points: MeasuredPointsFlag = False,
+    plan: Annotated[
+        Path | None,
+        typer.Option(
+            "--plan",
+            help="Compile this plan (a plan.json, or one entry of `hetc plan --json`'s plans)"
+            " instead of searching; it is checked against the spec first.",
+        ),
+    ] = None,
 ) -> None:
-    """Plan the spec and write plan, topology, DeepSpeed configs, launch scripts and report."""
-    from hetc.emit.command import run_compile_command
+    """Plan the spec (or take --plan) and write plan, topology, DeepSpeed configs, launch
+    scripts and report."""
+    from hetc.emit.command import run_compile_command, run_compile_plan_command
 
+    searching = {
+        "--top": top is not None,
+        "--exact": exact,
+        "--approximations": approximations is not None,
+        "--time-limit": time_limit is not None,
+        "--eval-limit": eval_limit is not None,
+        "--cross-check": cross_check,
+        "--measured-points": measured_points,
+    }
+    if plan is not None:
+        given = [name for name, used in searching.items() if used]
+        if given:
+            typer.echo(
+                f"hetc: {', '.join(given)}: search options do not apply with --plan, which"
+                " compiles the given plan without searching",
+                err=True,
+            )
+            raise typer.Exit(EXIT_USAGE)
+        code = run_compile_plan_command(
+            _checked_spec(spec),
+            spec,
+            plan,
+            output,
+            force=force,
+            echo=typer.echo,
+            profile_files=[str(p) for p in profile or ()],
+            strict_profiles=strict_profiles,
+        )
+        if code:
+            raise typer.Exit(code)
+        return
     checked = _checked_spec(spec)
     code = run_compile_command(
         checked,
         spec,
         output,
         force=force,
-        top=top,
+        top=3 if top is None else top,
         approximations=_approximations(exact, approximations),
         time_limit=time_limit,
         eval_limit=eval_limit,
@@ -320,11 +361,25 @@ def launch(
         list[int] | None,
         typer.Option("--node", min=0, help="Start only this node index (repeatable; debugging)."),
     ] = None,
+    from_scratch: Annotated[
+        bool,
+        typer.Option(
+            "--from-scratch", help="Start at step 0 instead of the newest complete checkpoint."
+        ),
+    ] = False,
 ) -> None:
-    """Run every node script of a compiled plan on this host, streaming their output."""
+    """Run every node script of a compiled plan on this host, streaming their output; resumes
+    from the run's newest complete checkpoint unless --from-scratch."""
     from hetc.local_launch import run_launch
 
-    code = run_launch(out_dir, run_dir=run_dir, timeout=timeout, only=node or (), echo=typer.echo)
+    code = run_launch(
+        out_dir,
+        run_dir=run_dir,
+        timeout=timeout,
+        only=node or (),
+        echo=typer.echo,
+        from_scratch=from_scratch,
+    )
     if code:
         raise typer.Exit(code)
 

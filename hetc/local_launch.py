@@ -2,15 +2,19 @@
 
 It only starts the node scripts `hetc compile` wrote (never torch itself), each in its own
 session so that stopping a node reaches its whole process group, all joined at one rendezvous on
-a free local port. A failed node ends the run: on one host a retry would fail the same way, so
-torchrun restarts are off unless asked for, and the other nodes are stopped rather than left
-waiting for a rendezvous that will not complete. What the user needs from a failure is which
-node failed first (later failures are usually the others losing their peer) and its last lines.
+a free local port. Like every launch path it resumes from the newest complete checkpoint of the
+run's checkpoint_dir; `--from-scratch` is passed to each node script. A failed node ends the
+run: on one host a retry would fail the same way, so the other nodes are stopped (SIGTERM: they
+checkpoint and stop) rather than left waiting for a rendezvous that will not complete. What the
+user needs from a failure is which node failed first (later failures are usually the others
+losing their peer), what its exit status means (`hetc.plan.outcome`) and its last lines.
 
-Exit status (returned, the CLI exits with it): 0 every node exited 0; 1 the output is not
-unchanged hetc output, a node failed, or the run timed out; 2 `--node` names no node of the
-plan; 130 interrupted (Ctrl-C), 143 or 129 on SIGTERM or SIGHUP. A missing `bash` or
-`torchrun` raises EnvironmentProblem (exit 4).
+Exit status (returned, the CLI exits with it): 0 every node exited 0; 75 or 76 the first node to
+stop lost a peer or was stopped by a signal after a checkpoint (run again to resume); 1 the
+output is not unchanged hetc output, a node failed otherwise, or the run timed out; 2 `--node`
+names no node of the plan; 130 interrupted (Ctrl-C), 143 or 129 on SIGTERM or SIGHUP. A missing
+`bash` or `torchrun`, or a HETC_TERM_GRACE that is not a number of seconds, raises
+EnvironmentProblem (exit 4).
 """
 
 from __future__ import annotations
@@ -34,16 +38,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from hetc.emit.launch import SHUTDOWN_MARGIN, TERM_GRACE
 from hetc.plan import RankFileError, read_cluster_file
+from hetc.plan.outcome import EXIT_DONE, EXIT_PEER_LOST, EXIT_PREEMPTED
 from hetc.schema import EnvironmentProblem
 
 Echo = Callable[..., None]
 
 TAIL_LINES = 20
-STOP_GRACE = 35.0
-"""Seconds between SIGTERM and SIGKILL. torchrun starts its workers in sessions of their own,
-out of reach of a signal to its group, and on SIGTERM gives them up to 30 s before killing them:
-killing torchrun sooner could leave workers behind."""
+STOP_SLACK = 5.0
+"""Seconds between SIGTERM and SIGKILL beyond torchrun's own wait (HETC_TERM_GRACE +
+SHUTDOWN_MARGIN): torchrun starts its workers in sessions of their own, out of reach of a signal
+to its group, and killing it before it has killed them could leave workers behind."""
 DRAIN_SECONDS = 5.0
 """How long to wait for the rest of a node's output once it has exited: a worker that outlived
 its torchrun may hold the pipe open for ever."""
@@ -54,6 +60,10 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 class InvalidOutput(Exception):
     """OUT_DIR is not what `hetc compile` wrote, or was changed since."""
+
+    def __init__(self, message: str, *, plan_edited: bool = False) -> None:
+        super().__init__(message)
+        self.plan_edited = plan_edited
 
 
 class _Signalled(Exception):
@@ -135,7 +145,8 @@ def node_scripts(out_dir: Path) -> list[NodeScript]:
     if edits:
         raise InvalidOutput(
             f"{out_dir} was changed since hetc compiled it: {'; '.join(edits)}."
-            " Compile again instead of editing the output"
+            " Compile again instead of editing the output",
+            plan_edited="plan.json was edited" in edits,
         )
     try:
         cluster = read_cluster_file(out_dir / "topology" / "cluster.json")
@@ -189,16 +200,30 @@ def _torchrun(environ: dict[str, str]) -> str:
 def launch_environment(out_dir: Path, run_dir: Path, environ: dict[str, str]) -> dict[str, str]:
     """What every node script gets: the caller's environment, one rendezvous, and HETC_OUT
     pinned to the checked directory (a recompile during the run swaps `out`'s link, and a stray
-    HETC_OUT would override the scripts' own path)."""
+    HETC_OUT would override the scripts' own path). A HETC_FROM_SCRATCH left in the caller's
+    environment is dropped: only `--from-scratch` starts over, a launch resumes otherwise."""
     return {
-        **environ,
+        **{k: v for k, v in environ.items() if k != "HETC_FROM_SCRATCH"},
         "HETC_OUT": str(out_dir),
         "HETC_RDZV_ENDPOINT": f"127.0.0.1:{_free_port()}",
         "HETC_RDZV_ID": f"local-{os.getpid()}",
         "HETC_RUN_DIR": str(run_dir),
-        "HETC_MAX_RESTARTS": environ.get("HETC_MAX_RESTARTS", "0"),
         "HETC_TORCHRUN": _torchrun(environ),
     }
+
+
+def stop_grace(environ: dict[str, str]) -> float:
+    """Seconds from SIGTERM to SIGKILL for a node: the ranks' grace to checkpoint, torchrun's
+    margin after it, and STOP_SLACK. Raises EnvironmentProblem for a HETC_TERM_GRACE that is
+    not a number of seconds (the node scripts' arithmetic would fail on it too)."""
+    given = environ.get("HETC_TERM_GRACE", str(TERM_GRACE))
+    if not given.isdigit():
+        raise EnvironmentProblem(
+            f"HETC_TERM_GRACE={given} is not a whole number of seconds",
+            f"set it to the seconds the ranks get to checkpoint after SIGTERM, or unset it"
+            f" (default {TERM_GRACE})",
+        )
+    return int(given) + SHUTDOWN_MARGIN + STOP_SLACK
 
 
 def _describe(code: int) -> str:
@@ -208,6 +233,17 @@ def _describe(code: int) -> str:
     return f"exit code {code}"
 
 
+def outcome(code: int) -> str:
+    """What a node script's exit status says about its ranks (`hetc.plan.outcome`)."""
+    if code == EXIT_DONE:
+        return "done"
+    if code == EXIT_PEER_LOST:
+        return "peer lost"
+    if code == EXIT_PREEMPTED:
+        return "preempted"
+    return "failed"
+
+
 def _signal_groups(runs: Iterable[_Running], sig: signal.Signals) -> None:
     """Signal each node's process group, leader gone or not: what it left behind goes too."""
     for run in runs:
@@ -215,12 +251,12 @@ def _signal_groups(runs: Iterable[_Running], sig: signal.Signals) -> None:
             os.killpg(run.process.pid, sig)
 
 
-def _stop(runs: Sequence[_Running]) -> list[_Running]:
-    """SIGTERM every node's group, SIGKILL after STOP_GRACE (at once on a second Ctrl-C);
-    returns the nodes that were still running."""
+def _stop(runs: Sequence[_Running], grace: float) -> list[_Running]:
+    """SIGTERM every node's group (the ranks checkpoint and stop), SIGKILL after `grace`
+    seconds (at once on a second Ctrl-C); returns the nodes that were still running."""
     alive = [r for r in runs if not r.exited.is_set()]
     _signal_groups(runs, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE
+    deadline = time.monotonic() + grace
     try:
         for run in alive:
             run.exited.wait(max(0.0, deadline - time.monotonic()))
@@ -260,42 +296,55 @@ class _Terminal:
         pipe.close()
 
 
-def _start(
-    nodes: Sequence[NodeScript],
-    env: dict[str, str],
-    terminal: _Terminal,
-    runs: list[_Running],
-    exits: queue.Queue[_Running],
-) -> None:
-    """Start every node script, adding each to `runs` at once (so that an interrupt while
-    starting stops those already started); `exits` receives each node as it exits, in order."""
+@dataclass(kw_only=True, slots=True)
+class _Launch:
+    """One `hetc launch`: what starts every node, and the nodes started so far."""
+
+    env: dict[str, str]
+    args: tuple[str, ...]
+    """Arguments of every node script (`--from-scratch`)."""
+    grace: float
+    terminal: _Terminal
+    runs: list[_Running] = field(default_factory=list)
+    exits: queue.Queue[_Running] = field(default_factory=queue.Queue)
+    """Each node as it exits, in order."""
+
+    def stop(self) -> list[_Running]:
+        return _stop(self.runs, self.grace)
+
+
+def _start(nodes: Sequence[NodeScript], launch: _Launch) -> None:
+    """Start every node script, adding each to `launch.runs` at once (so that an interrupt
+    while starting stops those already started)."""
     bash = shutil.which("bash")
     if bash is None:
         raise EnvironmentProblem("bash is not on PATH", "install bash; the node scripts need it")
     for node in nodes:
         try:
             process = subprocess.Popen(
-                [bash, str(node.script)],
-                env=env,
+                [bash, str(node.script), *launch.args],
+                env=launch.env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as exc:
-            _stop(runs)
+            launch.stop()
             raise EnvironmentProblem(
                 f"cannot start {node.script}: {exc.strerror or exc}",
                 "check that the output directory is readable and the system can start processes",
             ) from None
         run = _Running(node=node, process=process)
-        runs.append(run)
+        launch.runs.append(run)
         for pipe, err in ((process.stdout, False), (process.stderr, True)):
             assert pipe is not None
-            reader = threading.Thread(target=terminal.copy, args=(run, pipe, err), daemon=True)
+            reader = threading.Thread(
+                target=launch.terminal.copy, args=(run, pipe, err), daemon=True
+            )
             reader.start()
             run.readers.append(reader)
-        threading.Thread(target=_reap, args=(run, exits), daemon=True).start()
+        threading.Thread(target=_reap, args=(run, launch.exits), daemon=True).start()
 
 
 def _reap(run: _Running, exits: queue.Queue[_Running]) -> None:
@@ -304,40 +353,50 @@ def _reap(run: _Running, exits: queue.Queue[_Running]) -> None:
     exits.put(run)
 
 
-def _supervise(
-    runs: list[_Running], exits: queue.Queue[_Running], timeout: float | None, terminal: _Terminal
-) -> int:
+def _resume_hint(out_dir: Path) -> str:
+    return f"`hetc launch {shlex.quote(str(out_dir))}` resumes from its newest complete checkpoint"
+
+
+def _supervise(launch: _Launch, timeout: float | None, out_dir: Path) -> int:
+    """Wait for every node; the first to fail stops the others. The last line says what the
+    run's end means: done, failed, peer lost or preempted."""
+    runs, terminal = launch.runs, launch.terminal
     deadline = None if timeout is None else time.monotonic() + timeout
     for _ in runs:
         try:
-            run = exits.get(
+            run = launch.exits.get(
                 timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
             )
         except queue.Empty:
-            stopped = _stop(runs)
+            stopped = launch.stop()
             _drain(runs)
             terminal.say(
-                f"hetc: timed out after {timeout:g} s; stopped "
+                f"hetc: failed: timed out after {timeout:g} s; stopped "
                 + ", ".join(r.node.label for r in stopped)
             )
             return 1
         code = run.process.returncode
         if code:
-            stopped = _stop(runs)
+            stopped = launch.stop()
             _drain(runs)
+            meaning = outcome(code)
+            others = (
+                "stopped " + ", ".join(r.node.label for r in stopped)
+                if stopped
+                else "no other node was still running"
+            )
+            hint = f"; {_resume_hint(out_dir)}" if meaning != "failed" else ""
             terminal.say(
-                f"hetc: {run.node.label} failed first, {_describe(code)}; its last"
+                f"hetc: {run.node.label} {'failed' if meaning == 'failed' else 'stopped'} first,"
+                f" {_describe(code)}; its last"
                 f" {len(run.tail)} line(s):\n"
                 + "".join(f"  {line}\n" for line in run.tail)
-                + (
-                    "hetc: stopped " + ", ".join(r.node.label for r in stopped)
-                    if stopped
-                    else "hetc: no other node was still running"
-                )
+                + f"hetc: {meaning}: {run.node.label} exited first ({_describe(code)});"
+                f" {others}{hint}"
             )
-            return 1
+            return code if meaning in ("peer lost", "preempted") else 1
     _drain(runs)
-    terminal.say(f"hetc: all {len(runs)} node(s) exited 0")
+    terminal.say(f"hetc: done: all {len(runs)} node(s) exited 0")
     return 0
 
 
@@ -348,14 +407,22 @@ def run_launch(
     timeout: float | None,
     only: Collection[int],
     echo: Echo,
+    from_scratch: bool = False,
 ) -> int:
-    """Start the node scripts, stream their output, and return the exit status (see the module
-    docstring). Raises EnvironmentProblem when bash, torchrun or the run directory is missing."""
+    """Start the node scripts (resuming, or `from_scratch`), stream their output, and return
+    the exit status (see the module docstring). Raises EnvironmentProblem when bash, torchrun
+    or the run directory is missing."""
     pinned = out_dir.resolve()
     try:
         nodes = node_scripts(pinned)
     except InvalidOutput as exc:
         echo(f"hetc: {exc}", err=True)
+        if exc.plan_edited:
+            echo(
+                f"hetc: to run the edited plan: hetc compile SPEC --plan {out_dir}/plan.json"
+                f" -o {out_dir}",
+                err=True,
+            )
         return 1
     unknown = sorted(set(only) - {n.index for n in nodes})
     if unknown:
@@ -374,29 +441,41 @@ def run_launch(
             "pass a writable --run-dir",
         ) from None
     env = launch_environment(pinned, run_dir, dict(os.environ))
+    launch = _Launch(
+        env=env,
+        args=("--from-scratch",) if from_scratch else (),
+        grace=stop_grace(env),
+        terminal=_Terminal(echo),
+    )
     chosen = [n for n in nodes if not only or n.index in only]
-    terminal = _Terminal(echo)
+    terminal = launch.terminal
+    start = (
+        "from scratch" if from_scratch else "resuming from the newest complete checkpoint, if any"
+    )
     terminal.say(
-        f"hetc: starting {len(chosen)} of {len(nodes)} node(s) of {out_dir}: rendezvous"
-        f" {env['HETC_RDZV_ENDPOINT']}, id {env['HETC_RDZV_ID']}, run directory {run_dir}"
+        f"hetc: starting {len(chosen)} of {len(nodes)} node(s) of {out_dir} ({start}):"
+        f" rendezvous {env['HETC_RDZV_ENDPOINT']}, id {env['HETC_RDZV_ID']},"
+        f" run directory {run_dir}"
     )
     for left_out in (n for n in nodes if n not in chosen):
         terminal.say(
             f"hetc: not starting {left_out.label}; to join it: HETC_RDZV_ENDPOINT="
             f"{env['HETC_RDZV_ENDPOINT']} HETC_RDZV_ID={env['HETC_RDZV_ID']}"
             f" HETC_RUN_DIR={shlex.quote(str(run_dir))} bash {shlex.quote(str(left_out.script))}"
+            + "".join(f" {a}" for a in launch.args)
         )
-    runs: list[_Running] = []
-    exits: queue.Queue[_Running] = queue.Queue()
     previous = {sig: signal.signal(sig, _raise_signalled) for sig in STOP_SIGNALS}
     try:
-        _start(chosen, env, terminal, runs, exits)
-        return _supervise(runs, exits, timeout, terminal)
+        _start(chosen, launch)
+        return _supervise(launch, timeout, out_dir)
     except (KeyboardInterrupt, _Signalled) as exc:
         signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
-        _stop(runs)
-        _drain(runs)
-        terminal.say(f"hetc: {signal.Signals(signum).name}: stopped every node")
+        launch.stop()
+        _drain(launch.runs)
+        codes = sorted({r.process.returncode for r in launch.runs})
+        ends = ", ".join(outcome(c) if c >= 0 else _describe(c) for c in codes)
+        hint = f"; {_resume_hint(out_dir)}" if ends == "preempted" else ""
+        terminal.say(f"hetc: {signal.Signals(signum).name}: stopped every node ({ends}){hint}")
         return 128 + signum
     finally:
         for sig, handler in previous.items():

@@ -26,11 +26,12 @@ sed -n '1,40p' demo-out/report.md
 
 # Training needs the runtime extra; torch first and pinned (an unpinned torch pulls CUDA).
 echo
-echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-train"
+echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-train --from-scratch"
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e ".[runtime]"
 .venv/bin/hetc compile examples/local-cpu.yaml -o demo-train
-.venv/bin/hetc launch demo-train --run-dir demo-train-run 2>&1 | grep -E "hetc-runtime: (rank|step)|^hetc:"
+# --from-scratch: a second demo trains again rather than resuming the first one's last checkpoint
+.venv/bin/hetc launch demo-train --run-dir demo-train-run --from-scratch 2>&1 | grep -E "hetc-runtime: (rank|step)|^hetc:"
 echo
 echo "+ hetc calibrate demo-train-run -o demo-train-run/local-cpu.json   # the cost model fitted to the run"
 .venv/bin/hetc calibrate demo-train-run -o demo-train-run/local-cpu.json | grep -E "^(iteration time|before|after|factors|  )"

@@ -155,7 +155,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$MUNGE_SOCKET
+# A requeued job may start again only once its credentials expire (cred_expire, 120 s by
+# default): 10 s lets tests requeue a job without waiting two minutes.
+AuthInfo=socket=$MUNGE_SOCKET,cred_expire=10
 MpiDefault=none
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none

@@ -110,15 +110,20 @@ def submit(
     script_path: str | os.PathLike[str],
     env: Mapping[str, str] | None = None,
     extra_args: Sequence[str] = (),
+    *,
+    script_args: Sequence[str] = (),
+    cwd: str | os.PathLike[str] | None = None,
 ) -> str:
-    """Submit a batch script with `sbatch --parsable`; return the job id (of a het job: the
-    leader's id, which `scontrol show job` and `scancel` accept for the whole job)."""
+    """Submit a batch script with `sbatch --parsable` (from `cwd`, the job's submit directory;
+    `script_args` after the script); return the job id (of a het job: the leader's id, which
+    `scontrol show job` and `scancel` accept for the whole job)."""
     result = subprocess.run(
-        ["sbatch", "--parsable", *extra_args, os.fspath(script_path)],
+        ["sbatch", "--parsable", *extra_args, os.fspath(script_path), *script_args],
         capture_output=True,
         text=True,
         env=_slurm_env(env),
         check=False,
+        cwd=cwd,
     )
     if result.returncode != 0:
         raise RuntimeError(

@@ -24,7 +24,8 @@ LONG = 3000
 """Characters in a flood line: more than a pipe writes atomically."""
 
 FAKE_TORCHRUN = r"""#!/usr/bin/env bash
-echo "fake-torchrun node=$HETC_NODE out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} $*"
+where="out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} scratch=${HETC_FROM_SCRATCH:-}"
+echo "fake-torchrun node=$HETC_NODE $where $*"
 echo "fake-torchrun stderr $HETC_NODE" >&2
 echo $$ > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
 if [[ -n "${FAKE_LINES:-}" ]]; then
@@ -33,7 +34,7 @@ if [[ -n "${FAKE_LINES:-}" ]]; then
 fi
 if [[ "$HETC_NODE" == "${FAKE_FAIL_NODE:-}" ]]; then
     for i in $(seq 30); do echo "fail line $i"; done
-    exit 3
+    exit "${FAKE_FAIL_CODE:-3}"
 fi
 sleep "${FAKE_SLEEP:-0}" &  # a child of its own: stopping the node must reach its group
 echo $! > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
@@ -151,7 +152,7 @@ def test_every_node_starts_once_and_every_line_arrives_whole(
     assert floods == {node_id: lines for node_id in node_ids}
     for node_id in node_ids:
         assert f"] fake-torchrun stderr {node_id}" in done.stderr
-    assert "hetc: all 2 node(s) exited 0" in done.stderr
+    assert done.stderr.splitlines()[-1] == "hetc: done: all 2 node(s) exited 0"
 
 
 def test_the_users_restarts_setting_is_kept(compiled: Path, fake: dict[str, str]) -> None:
@@ -174,8 +175,56 @@ def test_a_failing_node_stops_the_others_and_is_named(
     tail = [line.strip() for line in summary.splitlines()[1:-1]]
     assert len(tail) == 20 and tail[-1] == "fail line 30"
     assert "fail line 11" in tail and "fail line 10" not in tail
-    assert summary.splitlines()[-1] == f"hetc: stopped node0000 {node_ids[0]}"
+    assert summary.splitlines()[-1] == (
+        f"hetc: failed: node0001 {failing} exited first (exit code 3);"
+        f" stopped node0000 {node_ids[0]}"
+    )
     _assert_all_gone(fake)
+
+
+@pytest.mark.parametrize(
+    ("code", "meaning", "status"),
+    [(75, "peer lost", 75), (76, "preempted", 76), (1, "failed", 1)],
+)
+def test_the_last_line_says_what_the_first_nodes_exit_status_means(
+    compiled: Path,
+    node_ids: list[str],
+    fake: dict[str, str],
+    code: int,
+    meaning: str,
+    status: int,
+) -> None:
+    """A node script's 75 or 76 (hetc.plan.outcome) is a run that can resume: hetc launch says
+    so and exits with it; any other status is a failure, exit 1."""
+    failing = node_ids[1]
+    env = {**fake, "FAKE_FAIL_NODE": failing, "FAKE_FAIL_CODE": str(code), "FAKE_SLEEP": "60"}
+    done = _launch(compiled, env)
+    assert done.returncode == status, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(
+        f"hetc: {meaning}: node0001 {failing} exited first (exit code {code});"
+        f" stopped node0000 {node_ids[0]}"
+    ), last
+    resumable = "resumes from its newest complete checkpoint" in last
+    assert resumable == (meaning != "failed")
+    _assert_all_gone(fake)
+
+
+def test_resuming_is_the_default_and_from_scratch_reaches_every_node(
+    compiled: Path, fake: dict[str, str]
+) -> None:
+    """Without --from-scratch no node starts over, even with HETC_FROM_SCRATCH left in the
+    caller's environment; with it, every node script gets --from-scratch."""
+    done = _launch(compiled, {**fake, "HETC_FROM_SCRATCH": "1"})
+    assert done.returncode == 0, done.stderr
+    assert all(" scratch= " in run[0] for run in _started(done.stdout).values())
+    assert "(resuming from the newest complete checkpoint, if any)" in done.stderr
+    done = _launch(compiled, fake, "--from-scratch", "--node", "1")
+    assert done.returncode == 0, done.stderr
+    assert all(" scratch=1 " in run[0] for run in _started(done.stdout).values())
+    assert "(from scratch)" in done.stderr
+    join = next(line for line in done.stderr.splitlines() if "to join it:" in line)
+    assert join.endswith("node0000.sh --from-scratch")
 
 
 def test_timeout_stops_every_node_and_fails(compiled: Path, fake: dict[str, str]) -> None:
@@ -183,7 +232,7 @@ def test_timeout_stops_every_node_and_fails(compiled: Path, fake: dict[str, str]
     done = _launch(compiled, {**fake, "FAKE_SLEEP": "60"}, "--timeout", "1")
     assert done.returncode == 1, done.stderr
     assert time.monotonic() - began < 20
-    assert "hetc: timed out after 1 s; stopped node0000" in done.stderr
+    assert "hetc: failed: timed out after 1 s; stopped node0000" in done.stderr
     _assert_all_gone(fake)
 
 
@@ -205,7 +254,10 @@ def test_interrupt_stops_every_node(
     hetc.send_signal(sig)
     _, stderr = hetc.communicate(timeout=30)
     assert hetc.returncode == code, stderr
-    assert f"hetc: {sig.name}: stopped every node" in stderr
+    assert stderr.splitlines()[-1] == (
+        f"hetc: {sig.name}: stopped every node (preempted); `hetc launch {compiled}` resumes"
+        " from its newest complete checkpoint"
+    ), "each node script forwarded the stop to its torchrun and exited 76"
     _assert_all_gone(fake)
 
 
@@ -234,6 +286,16 @@ def test_edited_or_foreign_output_is_refused(tmp_path: Path, fake: dict[str, str
     assert "launch/node0000.sh was edited" in done.stderr
     assert "notes.txt is not in the manifest" in done.stderr
     assert not _started(done.stdout)
+    assert "--plan" not in done.stderr
+
+    plan = out / "plan.json"
+    plan.write_text(
+        plan.read_text(encoding="utf-8").replace('"microbatches": 2', '"microbatches": 2 ')
+    )
+    done = _launch(out, fake)
+    assert done.returncode == 1
+    hint = f"hetc: to run the edited plan: hetc compile SPEC --plan {out}/plan.json -o {out}"
+    assert done.stderr.splitlines()[-1] == hint
 
     (tmp_path / "plain").mkdir()
     done = _launch(tmp_path / "plain", fake)
@@ -278,6 +340,7 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
         compiled, env, "--run-dir", str(tmp_path / "run"), "--timeout", "240", timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stderr.splitlines()[-1] == "hetc: done: all 2 node(s) exited 0"
     for rank in range(4):
         ready = [
             line
@@ -286,3 +349,15 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
             if PREFIXED.fullmatch(line) and f"hetc-runtime: rank {rank} of 4 ready" in line
         ]
         assert len(ready) == 1, (rank, done.stdout[-3000:])
+
+
+def test_a_term_grace_that_is_not_seconds_is_an_environment_problem(
+    compiled: Path, fake: dict[str, str]
+) -> None:
+    """HETC_TERM_GRACE sets how long hetc waits before SIGKILL (and the scripts' arithmetic):
+    a value that is not whole seconds stops hetc launch before any node starts."""
+    done = _launch(compiled, {**fake, "HETC_TERM_GRACE": "soon"})
+    assert done.returncode == 4
+    assert "HETC_TERM_GRACE=soon is not a whole number of seconds" in done.stderr
+    assert "To fix:" in done.stderr
+    assert not list(Path(fake["FAKE_PIDS"]).iterdir())

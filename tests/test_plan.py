@@ -20,9 +20,11 @@ from hetc.plan import (
     Predictions,
     Replica,
     Stage,
+    capability_issues,
     capability_problems,
     cells_used,
     plan_from_json,
+    plan_issues,
     plan_problems,
     plan_schema,
     plan_to_json,
@@ -137,6 +139,33 @@ def test_inconsistent_plans_are_named(case: str, breaks: object, message: str) -
     assert any(p.startswith(message) or message in p for p in problems), problems
 
 
+ISSUE_PATHS = {
+    "gap": ("stages", 1, "first_block"),
+    "short": ("stages", 1, "end_block"),
+    "unknown node": ("stages", 0, "replicas", 0, "node"),
+    "device": ("stages", 0, "replicas", 0, "device"),
+    "tp ranks": ("stages", 0, "replicas", 0, "local_ranks"),
+    "reuse": ("stages", 0, "replicas", 1, "local_ranks", 0),
+    "outside": ("stages", 0, "replicas", 1, "local_ranks", 1),
+    "batch": ("pipelines",),
+    "path": ("pipelines", 0, "replicas"),
+    "index": ("pipelines", 0, "replicas", 1),
+    "unvisited": ("stages", 0, "replicas", 1),
+}
+
+
+@pytest.mark.parametrize(("case", "breaks", "message"), BROKEN, ids=[b[0] for b in BROKEN])
+def test_each_inconsistency_has_the_path_of_its_value(
+    case: str, breaks: object, message: str
+) -> None:
+    """plan_issues puts each problem at the JSON path of the value a user would change
+    (hand-picked per case), with plan_problems' message."""
+    issues = plan_issues(breaks(_worked_example()))  # type: ignore[operator]
+    assert [i.message for i in issues] == plan_problems(breaks(_worked_example()))  # type: ignore[operator]
+    (issue,) = [i for i in issues if i.message.startswith(message) or message in i.message]
+    assert issue.path == ISSUE_PATHS[case]
+
+
 def test_canonical_json_round_trips_byte_for_byte() -> None:
     """to_json is deterministic, sorted and read back to an equal plan."""
     plan = dataclasses.replace(
@@ -211,6 +240,10 @@ def test_capability_cells_of_the_worked_example() -> None:
         "mixed-tp-stage/zero-1: not supported (replicas with different TP degrees cannot share a"
         " ZeRO partition)"
     ]
+    (issue,) = capability_issues(plan, zero_stage=1, precision="bf16")
+    assert issue.path == ("stages", 1), "stage 1 mixes TP 4 and TP 2; stage 0 does not"
+    assert [issue.message] == capability_problems(plan, zero_stage=1, precision="bf16")
+    assert capability_issues(plan, zero_stage=0, precision="bf16") == []
 
 
 def test_asymmetric_replica_counts_are_refused_in_wave_1() -> None:

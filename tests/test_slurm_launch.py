@@ -154,3 +154,71 @@ def test_het_job_starts_every_rank_and_takes_a_checkpoint_request(
         assert len({m["loss"] for m in logged}) == steps
     # The plan crosses two pools: the job had two het components on two partitions.
     assert len({p.node.split("@")[0] for p in topology.processes}) == 2
+
+
+def test_a_requeued_job_resumes_in_the_same_run_directory(
+    slurm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`scontrol requeue` a running job submitted with `--from-scratch`: Slurm's SIGTERM
+    reaches every torchrun through the node scripts (exit 76), the second run keeps the job
+    id and so the run directory (hence checkpoint_dir), resumes (no HETC_FROM_SCRATCH), and
+    the job's log keeps both runs. torchrun is tests/fake_torchrun.py: the runtime is not the
+    subject. Checked to fail on the scripts before this change (no --from-scratch reached the
+    first run) and without `--open-mode=append` (the requeue truncated the first run's log)."""
+    out = _compile(tmp_path)
+    fake = tmp_path / "torchrun"
+    fake.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).parent / "fake_torchrun.py"}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    log, release, job_log = tmp_path / "torchrun.jsonl", tmp_path / "release", tmp_path / "job.out"
+    env = {**os.environ, **slurm_env, "HETC_TORCHRUN": str(fake), "FAKE_LOG": str(log)}
+    env = {k: v for k, v in env.items() if k not in ("HETC_RUN_DIR", "HETC_FROM_SCRATCH")}
+    env["FAKE_RELEASE"] = str(release)
+    submit_dir = tmp_path / "submit"
+    submit_dir.mkdir()
+    job = submit(
+        out / "launch" / "ci.sbatch",
+        env,
+        [f"--output={job_log}"],
+        script_args=["--from-scratch"],
+        cwd=submit_dir,
+    )
+
+    def events(kind: str) -> list[dict[str, object]]:
+        if not log.exists():
+            return []
+        lines = [json.loads(line) for line in log.read_text().splitlines()]
+        return [e for e in lines if e["event"] == kind]
+
+    def wait_for_starts(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(events("start")) < count:
+            log_text = job_log.read_text() if job_log.exists() else ""
+            assert time.monotonic() < deadline, show_job(job, env) + log_text
+            time.sleep(0.2)
+
+    nodes = 3
+    wait_for_starts(nodes)
+    subprocess.run(["scontrol", "requeue", job], env=env, check=True)
+    # A requeued job starts again once its credentials expire: scripts/slurm-local.sh sets
+    # cred_expire=10 s (Slurm's default is 120 s). Forcing StartTime=now before that makes
+    # slurmctld kill the job ("Job credential revoked").
+    wait_for_starts(2 * nodes)
+    release.touch()
+    assert wait_for_job(job, env, timeout=60) == "COMPLETED", job_log.read_text()
+
+    starts = events("start")
+    first, second = starts[:nodes], starts[nodes:]
+    environment = [s["env"] for s in starts]
+    assert all(isinstance(e, dict) for e in environment)
+    assert {e["HETC_RUN_DIR"] for e in environment} == {str(submit_dir / f"hetc-run-{job}")}  # type: ignore[index]
+    assert [s["env"]["HETC_FROM_SCRATCH"] for s in first] == ["1"] * nodes  # type: ignore[index]
+    assert [s["env"]["HETC_FROM_SCRATCH"] for s in second] == [None] * nodes  # type: ignore[index]
+    assert [s["env"]["SLURM_RESTART_COUNT"] for s in second] == ["1"] * nodes  # type: ignore[index]
+    stopped = {e["pid"] for e in events("signal") if e["signal"] == "SIGTERM"}
+    assert stopped == {s["pid"] for s in first}, "Slurm's TERM reached each first torchrun"
+    text = job_log.read_text()
+    assert text.count("stopped on TERM (torchrun exited") == nodes, text
+    assert f"hetc: job {job} requeued (restart 1): resuming" in text
+    assert text.index("stopped on TERM") < text.index("requeued (restart 1)"), "both runs kept"

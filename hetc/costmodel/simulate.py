@@ -59,7 +59,7 @@ from hetc.costmodel.traffic import (
     iteration_ledger,
     zone_traffic,
 )
-from hetc.plan import Node, Plan, Replica
+from hetc.plan import Node, Plan, PlanIssue, Replica
 from hetc.plan.settings import reduce_bucket_elements
 from hetc.plan.topology import topology_of
 from hetc.schema.spec import Spec, Zone
@@ -428,28 +428,73 @@ class _Context:
 def plan_spec_problems(plan: Plan, spec: Spec) -> list[str]:
     """Why `plan` cannot be evaluated for `spec`: nodes from pools or zones the spec lacks,
     or more nodes of a pool than its quota allows."""
+    return [issue.message for issue in plan_spec_issues(plan, spec)]
+
+
+def plan_spec_issues(plan: Plan, spec: Spec) -> list[PlanIssue]:
+    """`plan_spec_problems` at the plan's offending value: a node's zone, pool, region,
+    device or size, or the first node of a pool past its quota."""
+    zones = {z.name: z for z in spec.zones}
     pools = {(z.name, p.name): p for z in spec.zones for p in z.pools}
-    problems: list[str] = []
-    used: dict[tuple[str, str], int] = defaultdict(int)
+    problems: list[PlanIssue] = []
+    rented: dict[tuple[str, str], int] = defaultdict(int)
     for node in plan.nodes:
+        rented[node.zone, node.pool] += node.devices
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    for i, node in enumerate(plan.nodes):
+        zone = zones.get(node.zone)
+        if zone is None:
+            problems.append(
+                PlanIssue(
+                    ("nodes", i, "zone"),
+                    f"node {node.id}: the spec has no zone {node.zone!r}"
+                    f" (its zones: {', '.join(sorted(zones))})",
+                )
+            )
+            continue
         pool = pools.get((node.zone, node.pool))
         if pool is None:
             problems.append(
-                f"node {node.id}: the spec has no pool {node.pool!r} in zone {node.zone!r}"
+                PlanIssue(
+                    ("nodes", i, "pool"),
+                    f"node {node.id}: the spec has no pool {node.pool!r} in zone {node.zone!r}"
+                    f" (its pools: {', '.join(p.name for p in zone.pools)})",
+                )
             )
             continue
-        if pool.device != node.device or pool.gpus_per_node != node.devices:
+        if zone.region != node.region:
             problems.append(
-                f"node {node.id}: is {node.devices} x {node.device}, but the pool"
-                f" rents {pool.gpus_per_node} x {pool.device}"
+                PlanIssue(
+                    ("nodes", i, "region"),
+                    f"node {node.id}: zone {zone.name!r} is in region {zone.region!r},"
+                    f" not {node.region!r}",
+                )
             )
-        used[node.zone, node.pool] += node.devices
-    for (zone, name), devices in used.items():
-        quota = pools[zone, name].quota
-        if devices > quota:
+        if pool.device != node.device:
             problems.append(
-                f"pool {name!r} in zone {zone!r}: the plan rents {devices} devices,"
-                f" over its quota of {quota}"
+                PlanIssue(
+                    ("nodes", i, "device"),
+                    f"node {node.id}: is {node.device}, but pool {pool.name!r} rents {pool.device}",
+                )
+            )
+        if pool.gpus_per_node != node.devices:
+            problems.append(
+                PlanIssue(
+                    ("nodes", i, "devices"),
+                    f"node {node.id}: has {node.devices} devices, but pool {pool.name!r}"
+                    f" rents nodes of {pool.gpus_per_node}",
+                )
+            )
+        key = (node.zone, node.pool)
+        used[key] += node.devices
+        if used[key] > pool.quota >= used[key] - node.devices:
+            problems.append(
+                PlanIssue(
+                    ("nodes", i),
+                    f"pool {pool.name!r} in zone {node.zone!r}: the plan rents {rented[key]}"
+                    f" devices, over its quota of {pool.quota} (at most {pool.max_nodes} node(s)"
+                    f" of {pool.gpus_per_node}); this is the first node past it",
+                )
             )
     return problems
 

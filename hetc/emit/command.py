@@ -1,13 +1,20 @@
-"""What `hetc compile` does between parsing its arguments and setting its exit code."""
+"""What `hetc compile` does between parsing its arguments and setting its exit code: plan the
+spec and compile the best plan, or (`--plan FILE`) check a given plan and compile it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetc.emit.compile import compile_output
+from hetc.costmodel.coverage import plan_coverage, refusal_lines
+from hetc.costmodel.profile import ProfileError
+from hetc.costmodel.simulate import read_spec_profiles
+from hetc.emit.compile import CompiledOutput, compile_given, compile_output
 from hetc.emit.output import write_output
+from hetc.schema import EnvironmentProblem
+from hetc.schema.source import read_plain_text
 from hetc.schema.spec import Spec
+from hetc.solver.given import GivenPlanError, check_given_plan
 from hetc.solver.report import Echo, cross_check, planned_or_diagnosed
 
 
@@ -57,21 +64,8 @@ def run_compile_command(
         spec, result, spec_file_name=spec_path.name, spec_dir=str(spec_path.parent)
     )
     written = write_output(output, compiled.files, executable=compiled.executable, force=force)
-    best = result.proposals[0]
-    sim = best.simulation
-    nodes = len({p.node for p in compiled.topology.processes})
-    echo(
-        f"hetc: compiled {spec_path} -> {output} ({written.name}):"
-        f" {compiled.topology.world_size} rank(s) on {nodes} node(s),"
-        f" {len(compiled.plan.stages)} stage(s) x {len(compiled.plan.pipelines)} pipeline(s);"
-        f" predicted {sim.iteration_time:.4g} s/iteration, {sim.cost.total:.4g} USD/iteration",
-        err=True,
-    )
-    launchers = sorted(p for p in compiled.files if p.endswith(".sbatch"))
-    if launchers:
-        echo("hetc: start with: " + "; ".join(f"sbatch {output}/{p}" for p in launchers), err=True)
-    else:
-        echo(f"hetc: start each node with {output}/launch/node<index>.sh on that node", err=True)
+    sim = result.proposals[0].simulation
+    _say_compiled(compiled, spec_path, output, written, sim.iteration_time, sim.cost.total, echo)
     if check_with_cp_sat:
         checked = cross_check(result)
         if checked is not None and checked["cp_sat"] is not None:
@@ -81,3 +75,105 @@ def run_compile_command(
                 err=True,
             )
     return 0
+
+
+def run_compile_plan_command(
+    spec: Spec,
+    spec_path: Path,
+    plan_path: Path,
+    output: Path,
+    *,
+    force: bool,
+    echo: Echo,
+    profile_files: Sequence[str] = (),
+    strict_profiles: bool = False,
+) -> int:
+    """`hetc compile SPEC --plan FILE`: check the given plan against the spec
+    (`hetc.solver.given`) and compile it; returns the exit code (0 compiled, 1 a bad plan or
+    profile, one positioned line per problem, or with `strict_profiles` a prediction resting on
+    a formula). Nothing is written unless every check passes. A file that cannot be read, or an
+    output that must not be replaced, raises EnvironmentProblem (exit 4)."""
+    try:
+        profiles = read_spec_profiles(
+            spec,
+            str(spec_path.parent),
+            extra=profile_files,
+            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
+            spec_file=str(spec_path),
+        )
+    except ProfileError as exc:
+        echo(str(exc))
+        if exc.to_fix:
+            echo(f"To fix: {exc.to_fix}")
+        return 1
+    try:
+        text = read_plain_text(str(plan_path))
+    except UnicodeDecodeError:
+        raise EnvironmentProblem(f"{plan_path} is not UTF-8 text", "pass a plan.json") from None
+    try:
+        given = check_given_plan(text, spec, file=str(plan_path), profiles=profiles)
+    except GivenPlanError as exc:
+        for diagnostic in exc.diagnostics:
+            echo(diagnostic.format())
+        echo(
+            f"hetc: {plan_path}: {len(exc.diagnostics)} problem(s); nothing was written",
+            err=True,
+        )
+        return 1
+    fallbacks = plan_coverage(spec, profiles, given.plan)
+    if strict_profiles and fallbacks:
+        for line in refusal_lines("the plan's prediction", fallbacks, str(spec_path), profiles):
+            echo(line)
+        return 1
+    echo(f"hetc: {plan_path}: read as {given.form}", err=True)
+    for note in given.notes:
+        echo(f"hetc: {note}", err=True)
+    compiled = compile_given(
+        spec,
+        given,
+        profiles,
+        spec_file_name=spec_path.name,
+        plan_file_name=plan_path.name,
+        spec_dir=str(spec_path.parent),
+    )
+    in_place = _inside(plan_path, output)
+    written = write_output(
+        output,
+        compiled.files,
+        executable=compiled.executable,
+        force=force,
+        may_differ=frozenset({"plan.json"}) if in_place else frozenset(),
+    )
+    sim = given.simulation
+    _say_compiled(compiled, spec_path, output, written, sim.iteration_time, sim.cost.total, echo)
+    return 0
+
+
+def _inside(plan_path: Path, output: Path) -> bool:
+    """Whether the given plan is the output's own plan.json (edited in place): replacing the
+    output then loses nothing, since the plan has been read and is compiled into it."""
+    return plan_path.resolve() == (output.resolve() / "plan.json")
+
+
+def _say_compiled(
+    compiled: CompiledOutput,
+    spec_path: Path,
+    output: Path,
+    written: Path,
+    iteration_time: float,
+    cost: float,
+    echo: Echo,
+) -> None:
+    nodes = len({p.node for p in compiled.topology.processes})
+    echo(
+        f"hetc: compiled {spec_path} -> {output} ({written.name}):"
+        f" {compiled.topology.world_size} rank(s) on {nodes} node(s),"
+        f" {len(compiled.plan.stages)} stage(s) x {len(compiled.plan.pipelines)} pipeline(s);"
+        f" predicted {iteration_time:.4g} s/iteration, {cost:.4g} USD/iteration",
+        err=True,
+    )
+    launchers = sorted(p for p in compiled.files if p.endswith(".sbatch"))
+    if launchers:
+        echo("hetc: start with: " + "; ".join(f"sbatch {output}/{p}" for p in launchers), err=True)
+    else:
+        echo(f"hetc: start each node with {output}/launch/node<index>.sh on that node", err=True)

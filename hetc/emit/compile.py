@@ -15,10 +15,11 @@ from typing import Any
 
 from hetc.costmodel.compiled import compiled_spec_files
 from hetc.costmodel.profile import LayerProfile
+from hetc.costmodel.simulate import Simulation
 from hetc.emit.deepspeed import ConfigKey, config_problems, deepspeed_config
 from hetc.emit.launch import launch_files
 from hetc.emit.output import manifest_json
-from hetc.emit.report import report_markdown, timeline_svg
+from hetc.emit.report import given_plan_markdown, report_markdown, timeline_svg
 from hetc.plan import Plan, capability_problems, plan_to_json
 from hetc.plan.topology import (
     Topology,
@@ -29,6 +30,7 @@ from hetc.plan.topology import (
     topology_of,
 )
 from hetc.schema.spec import Spec
+from hetc.solver.given import GivenPlan
 from hetc.solver.planner import PlanningResult
 
 TRAINING_FORMAT_VERSION = 1
@@ -126,7 +128,47 @@ def compile_output(
     """The files for the best plan of `result` (which must have at least one proposal);
     `spec_dir`, the spec's directory, resolves a relative data path."""
     best = result.proposals[0]
-    plan = best.plan
+    return _compiled(
+        spec,
+        best.plan,
+        best.simulation,
+        result.model.profiles,
+        report=report_markdown(spec, result, spec_path_name=spec_file_name),
+        spec_dir=spec_dir,
+    )
+
+
+def compile_given(
+    spec: Spec,
+    given: GivenPlan,
+    profiles: Sequence[LayerProfile],
+    *,
+    spec_file_name: str,
+    plan_file_name: str,
+    spec_dir: str | None = None,
+) -> CompiledOutput:
+    """The files for a plan given with `hetc compile --plan` (checked: `check_given_plan`),
+    simulated with `profiles`."""
+    report = given_plan_markdown(
+        spec,
+        given.plan,
+        given.simulation,
+        profiles,
+        spec_path_name=spec_file_name,
+        plan_path_name=plan_file_name,
+    )
+    return _compiled(spec, given.plan, given.simulation, profiles, report=report, spec_dir=spec_dir)
+
+
+def _compiled(
+    spec: Spec,
+    plan: Plan,
+    simulation: Simulation,
+    profiles: Sequence[LayerProfile],
+    *,
+    report: str,
+    spec_dir: str | None,
+) -> CompiledOutput:
     training = spec.training
     refused = capability_problems(
         plan, zero_stage=training.zero_stage, precision=training.precision
@@ -139,10 +181,10 @@ def compile_output(
     files: dict[str, bytes] = {
         "plan.json": plan_to_json(plan).encode(),
         "training.json": canonical_json(
-            training_record(spec, spec_dir=spec_dir, profiles=result.model.profiles)
+            training_record(spec, spec_dir=spec_dir, profiles=profiles)
         ),
         "topology/cluster.json": canonical_json(cluster_record(plan, topology)),
-        **compiled_spec_files(spec, result.model.profiles),
+        **compiled_spec_files(spec, profiles),
     }
     configs, config_of = _deepspeed_files(spec, plan, topology)
     files.update(configs)
@@ -153,8 +195,8 @@ def compile_output(
         files[f"topology/{name}"] = canonical_json(record)
     scripts = launch_files(spec, plan, topology)
     files.update({path: text.encode() for path, text in scripts.items()})
-    files["report.md"] = report_markdown(spec, result, spec_path_name=spec_file_name).encode()
-    files["timeline.svg"] = timeline_svg(plan, best.simulation).encode()
+    files["report.md"] = report.encode()
+    files["timeline.svg"] = timeline_svg(plan, simulation).encode()
     files["manifest.json"] = manifest_json(
         files, hetc_version=plan.hetc_version, plan_hash=topology.plan_hash
     )

@@ -10,6 +10,15 @@ its components in component order, the order written here). User strings reach s
 since Slurm does not shell-parse those lines. The one exception is a site's `prologue`, which
 is shell code by definition: it is written as given to `launch/<site>.prologue.sh`, which the
 scripts source (so shellcheck judges hetc's scripts, not the user's prologue).
+
+Every script resumes by default (the runtime does, unless HETC_FROM_SCRATCH is set, which
+`--from-scratch` does) and stands between its signals and torchrun: torchrun passes on
+whatever it handles and exits 1 whatever its workers returned, so the node script runs it in
+the background with USR1, INT and HUP ignored, turns USR1 into a checkpoint request and TERM,
+INT or HUP into one SIGTERM to torchrun, and exits 76 (`hetc.plan.outcome`) after such a stop.
+The batch script does the same for its step, asks Slurm to requeue the job after a failure or
+preemption, and keeps the run directory (the job id) across requeues. docs/compile.md has the
+measurements behind these choices.
 """
 
 from __future__ import annotations
@@ -22,13 +31,22 @@ from functools import cache
 import jinja2
 
 from hetc.plan import Plan
+from hetc.plan.outcome import EXIT_PREEMPTED
 from hetc.plan.topology import Topology
 from hetc.schema.spec import Pool, Site, Spec
 
 DEFAULT_RDZV_PORT = 29500
-MAX_RESTARTS = 3
-"""torchrun restarts all of a node's workers after a failure this many times; start-up checks
-make a renumbered restart harmless (see `hetc.plan.topology`)."""
+MAX_RESTARTS = 0
+"""torchrun's restarts by default: none. torchrun exits 1 whatever its workers returned and
+restarts every local worker after any failure, so it would restart a rank that stopped on
+SIGTERM (exit 76) and wait out its rendezvous timeout for a node that is gone (exit 75 on the
+survivors). Whoever runs the script (Slurm's requeue, `hetc launch`, a user) resumes instead:
+every run starts from the newest complete checkpoint. HETC_MAX_RESTARTS turns them back on."""
+TERM_GRACE = 25
+"""Seconds the ranks get to checkpoint after SIGTERM (HETC_TERM_GRACE, which the scripts
+export so that the runtime and torchrun agree): under Slurm's default KillWait of 30 s."""
+SHUTDOWN_MARGIN = 5
+"""torchrun waits HETC_TERM_GRACE plus this between its SIGTERM to the workers and SIGKILL."""
 CHECKPOINT_SIGNAL_LEAD = 120
 """Seconds before the time limit at which Slurm sends USR1 to the batch shell."""
 MAX_TCP_STREAMS = 64
@@ -181,6 +199,9 @@ def launch_files(spec: Spec, plan: Plan, topology: Topology) -> dict[str, str]:
         "plan_hash": topology.plan_hash,
         "nodes": len(nodes),
         "max_restarts": MAX_RESTARTS,
+        "term_grace": TERM_GRACE,
+        "shutdown_margin": SHUTDOWN_MARGIN,
+        "exit_preempted": EXIT_PREEMPTED,
         "default_endpoint": f"127.0.0.1:{DEFAULT_RDZV_PORT}",
         "environment": nccl_stream_environment(spec, plan),
     }

@@ -59,8 +59,9 @@ def _manifest_files(directory: Path) -> dict[str, str] | None:
         return None
 
 
-def unchanged_hetc_output(directory: Path) -> bool:
-    """Whether `directory` holds exactly what its hetc manifest lists, every file unchanged."""
+def unchanged_hetc_output(directory: Path, may_differ: frozenset[str] = frozenset()) -> bool:
+    """Whether `directory` holds exactly what its hetc manifest lists, every file unchanged
+    (but those in `may_differ`, which must still be there)."""
     listed = _manifest_files(directory)
     if listed is None:
         return False
@@ -74,10 +75,11 @@ def unchanged_hetc_output(directory: Path) -> bool:
     return all(
         hashlib.sha256((directory / path).read_bytes()).hexdigest() == digest
         for path, digest in listed.items()
+        if path not in may_differ
     )
 
 
-def _owned(target: Path) -> bool:
+def _owned(target: Path, may_differ: frozenset[str]) -> bool:
     """Whether hetc may replace `target` without --force."""
     if target.is_symlink():
         pointed = target.parent / os.readlink(target)
@@ -85,12 +87,12 @@ def _owned(target: Path) -> bool:
             pointed.parent == target.parent
             and pointed.name.startswith(f"{target.name}.")
             and pointed.is_dir()
-            and unchanged_hetc_output(pointed)
+            and unchanged_hetc_output(pointed, may_differ)
         )
     if not target.exists():
         return True
     if target.is_dir():
-        return not any(target.iterdir()) or unchanged_hetc_output(target)
+        return not any(target.iterdir()) or unchanged_hetc_output(target, may_differ)
     return False
 
 
@@ -118,16 +120,20 @@ def write_output(
     *,
     executable: set[str],
     force: bool,
+    may_differ: frozenset[str] = frozenset(),
 ) -> Path:
     """Write `files` (with `manifest.json` among them) as the new content of `target`; returns
-    the directory `target` now points at. Raises EnvironmentProblem when `target` holds what
-    hetc must not replace, or cannot be written."""
+    the directory `target` now points at. `may_differ` names files of the present output that
+    may have been edited without making it foreign (its plan.json, when that is the plan being
+    compiled). Raises EnvironmentProblem when `target` holds what hetc must not replace, or
+    cannot be written."""
     target = Path(os.path.abspath(target))
     parent, name = target.parent, target.name
-    if not force and not _owned(target):
+    if not force and not _owned(target, may_differ):
         raise EnvironmentProblem(
             f"{target} exists and hetc did not write it (or its files were edited since)",
-            "choose another -o, move it away, or pass --force to replace it",
+            "choose another -o, move it away, or pass --force to replace it (an edited"
+            " plan.json is compiled with `hetc compile SPEC --plan PLAN.json -o OUT`)",
         )
     digest = hashlib.sha256(files[MANIFEST]).hexdigest()[:16]
     final = parent / f"{name}.{digest}"

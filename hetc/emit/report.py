@@ -26,6 +26,7 @@ import jinja2
 
 from hetc.costmodel.coverage import coverage_lines, plan_coverage
 from hetc.costmodel.memory import GIB, MemoryBreakdown
+from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.schedule import Interval, Timeline
 from hetc.costmodel.simulate import RankReport, Simulation
 from hetc.plan import Plan
@@ -34,7 +35,13 @@ from hetc.solver.planner import PlanningResult, Proposal
 from hetc.solver.report import relative_loss
 from hetc.solver.search import APPROXIMATIONS
 
-__all__ = ["COLLAPSE_RANKS", "markdown_escape", "report_markdown", "timeline_svg"]
+__all__ = [
+    "COLLAPSE_RANKS",
+    "given_plan_markdown",
+    "markdown_escape",
+    "report_markdown",
+    "timeline_svg",
+]
 
 COLLAPSE_RANKS = 32
 """Above this many ranks (or pipelines) the report's tables group identical rows with a count:
@@ -128,14 +135,70 @@ def report_markdown(spec: Spec, result: PlanningResult, *, spec_path_name: str) 
     if not result.proposals:
         raise ValueError("the planning result has no proposal: nothing to report")
     best = result.proposals[0]
-    plan, sim = best.plan, best.simulation
+    return _render(
+        spec,
+        best.plan,
+        best.simulation,
+        result.model.profiles,
+        spec_path_name=spec_path_name,
+        facts=_search_facts(result),
+        performance=_performance_rows(best.simulation, best.candidate.estimate.iteration_time),
+        alternatives=_alternative_rows(spec, result.proposals),
+        proposals=len(result.proposals),
+        given=None,
+    )
+
+
+def given_plan_markdown(
+    spec: Spec,
+    plan: Plan,
+    simulation: Simulation,
+    profiles: Sequence[LayerProfile],
+    *,
+    spec_path_name: str,
+    plan_path_name: str,
+) -> str:
+    """report.md for a plan given with `hetc compile --plan` (read from `plan_path_name`),
+    which no search ranked: no planner estimate, no alternatives."""
+    checked = (
+        f"given in {plan_path_name}, not searched; checked against the spec, its quotas and"
+        " constraints.max_gpus, the capability matrix and every rank's memory"
+    )
+    return _render(
+        spec,
+        plan,
+        simulation,
+        profiles,
+        spec_path_name=spec_path_name,
+        facts=[("Plan", checked)],
+        performance=_performance_rows(simulation, None),
+        alternatives=[],
+        proposals=1,
+        given=plan_path_name,
+    )
+
+
+def _render(
+    spec: Spec,
+    plan: Plan,
+    sim: Simulation,
+    profiles: Sequence[LayerProfile],
+    *,
+    spec_path_name: str,
+    facts: list[tuple[str, str]],
+    performance: list[list[str]],
+    alternatives: list[list[str]],
+    proposals: int,
+    given: str | None,
+) -> str:
     context: dict[str, Any] = {
         "name": spec.name,
         "spec_file": spec_path_name,
-        "facts": _search_facts(spec, result),
+        "given": given,
+        "facts": _spec_facts(spec, plan, sim, profiles) + facts,
         "fallbacks": [
             line
-            for line in coverage_lines(plan_coverage(spec, result.model.profiles, plan))
+            for line in coverage_lines(plan_coverage(spec, profiles, plan))
             if line != "every term measured"
         ],
         "shape": _shape(plan),
@@ -144,7 +207,7 @@ def report_markdown(spec: Spec, result: PlanningResult, *, spec_path_name: str) 
         "rate": _g(_rental_rate(plan, spec) * 3600),
         "shares_grouped": len(plan.pipelines) > COLLAPSE_RANKS,
         "shares": _share_rows(plan, sim.timeline),
-        "performance": _performance_rows(best),
+        "performance": performance,
         "costs": _cost_rows(sim),
         "budget": _budget(spec, sim),
         "memory_grouped": len(sim.ranks) > COLLAPSE_RANKS,
@@ -152,8 +215,8 @@ def report_markdown(spec: Spec, result: PlanningResult, *, spec_path_name: str) 
         "tightest": _tightest(sim.ranks),
         "problems": [r.problem for r in sim.ranks if r.problem],
         "objective_name": _objective_name(spec),
-        "alternatives": _alternative_rows(spec, result.proposals),
-        "proposals": len(result.proposals),
+        "alternatives": alternatives,
+        "proposals": proposals,
     }
     return _environment().get_template("report.md.j2").render(context)
 
@@ -162,10 +225,10 @@ def _objective_name(spec: Spec) -> str:
     return "seconds" if spec.objective == "max_throughput" else "USD"
 
 
-def _search_facts(spec: Spec, result: PlanningResult) -> list[tuple[str, str]]:
-    """The header's bullets: what was asked, how hard the search looked, and whether the
-    answer is proven: a reader should not trust a plan more than the search does."""
-    search, sim = result.search, result.proposals[0].simulation
+def _spec_facts(
+    spec: Spec, plan: Plan, sim: Simulation, profiles: Sequence[LayerProfile]
+) -> list[tuple[str, str]]:
+    """The header's first bullets: what was asked, and how the prediction was made."""
     goal = {
         "max_throughput": "max_throughput: the fewest seconds per iteration",
         "min_cost": "min_cost: the fewest USD per iteration",
@@ -183,8 +246,33 @@ def _search_facts(spec: Spec, result: PlanningResult) -> list[tuple[str, str]]:
             f" (plan 1 simulates {_g(1 / sim.iteration_time)})"
         )
     if c.max_gpus is not None:
-        rented = sum(n.devices for n in result.proposals[0].plan.nodes)
+        rented = sum(n.devices for n in plan.nodes)
         constraints.append(f"max_gpus {c.max_gpus} (plan 1 rents {rented})")
+    measured = "; ".join(
+        f"{p.device} from {Path(p.source).name}"
+        + (f" ({p.meta['origin']})" if "origin" in p.meta else "")
+        for p in profiles
+    )
+    covered = not plan_coverage(spec, profiles, plan)
+    return [
+        ("Objective", goal),
+        ("Constraints", "; ".join(constraints) if constraints else "none given"),
+        (
+            "Cost model",
+            (f"measured profiles: {measured}; " if measured else "no measured profile; ")
+            + (
+                "every term measured"
+                if covered
+                else "formulas where nothing was measured, listed below"
+            ),
+        ),
+    ]
+
+
+def _search_facts(result: PlanningResult) -> list[tuple[str, str]]:
+    """How hard the search looked, and whether the answer is proven: a reader should not
+    trust a plan more than the search does."""
+    search = result.search
     scored = f"{search.evaluations:,} candidates scored; " + (
         "the search ran to completion" if search.complete else f"stopped: {search.stop_reason}"
     )
@@ -199,24 +287,7 @@ def _search_facts(spec: Spec, result: PlanningResult) -> list[tuple[str, str]]:
         if used
         else "none (exact search)"
     )
-    measured = "; ".join(
-        f"{p.device} from {Path(p.source).name}"
-        + (f" ({p.meta['origin']})" if "origin" in p.meta else "")
-        for p in result.model.profiles
-    )
-    covered = not plan_coverage(spec, result.model.profiles, result.proposals[0].plan)
     return [
-        ("Objective", goal),
-        ("Constraints", "; ".join(constraints) if constraints else "none given"),
-        (
-            "Cost model",
-            (f"measured profiles: {measured}; " if measured else "no measured profile; ")
-            + (
-                "every term measured"
-                if covered
-                else "formulas where nothing was measured, listed below"
-            ),
-        ),
         ("Search", scored),
         ("Approximations", approximations),
         ("Proven best", _proven(result)),
@@ -366,19 +437,21 @@ def _share_rows(plan: Plan, timeline: Timeline) -> list[list[str]]:
     return rows
 
 
-def _performance_rows(proposal: Proposal) -> list[list[str]]:
-    sim, estimate = proposal.simulation, proposal.candidate.estimate
+def _performance_rows(sim: Simulation, planned: float | None) -> list[list[str]]:
+    """The simulator's numbers, with the planning model's iteration time (`planned`) where a
+    search ranked the plan by it."""
     t = sim.iteration_time
-    return [
+    rows = [
         ["iteration time, event simulator", f"{_g(t)} s"],
         [
             "iteration time, closed form",
             f"{_g(sim.closed_form_time)} s ({sim.closed_form_time / t - 1:+.2%} vs the simulator)",
         ],
-        [
-            "iteration time, planning model (what the search ranked)",
-            f"{_g(estimate.iteration_time)} s",
-        ],
+    ]
+    if planned is not None:
+        rows.append(["iteration time, planning model (what the search ranked)", f"{_g(planned)} s"])
+    return [
+        *rows,
         ["iterations per second", _g(1 / t)],
         ["throughput", f"{_g(sim.samples_per_second)} samples/s"],
         ["throughput", f"{_g(sim.tokens_per_second)} tokens/s"],

@@ -5,16 +5,25 @@ The plan's typed form and consistency checks (`ir`), its canonical JSON and JSON
 hetc only through this package.
 """
 
-from hetc.plan.capability import WAVE_1, Cell, capability_problems, cells_used
-from hetc.plan.codec import PlanFormatError, plan_from_json, plan_schema, plan_to_json
+from hetc.plan.capability import (
+    WAVE_1,
+    Cell,
+    capability_issues,
+    capability_problems,
+    cells_used,
+)
+from hetc.plan.codec import PlanFormatError, plan_from_json, plan_of, plan_schema, plan_to_json
 from hetc.plan.ir import (
     PLAN_FORMAT_VERSION,
     Node,
     Pipeline,
     Plan,
+    PlanIssue,
+    PlanPath,
     Predictions,
     Replica,
     Stage,
+    plan_issues,
     plan_problems,
 )
 from hetc.plan.rankfiles import RankFileError, read_cluster_file, read_rank_file
@@ -27,13 +36,18 @@ __all__ = [
     "Pipeline",
     "Plan",
     "PlanFormatError",
+    "PlanIssue",
+    "PlanPath",
     "Predictions",
     "RankFileError",
     "Replica",
     "Stage",
+    "capability_issues",
     "capability_problems",
     "cells_used",
     "plan_from_json",
+    "plan_issues",
+    "plan_of",
     "plan_problems",
     "plan_schema",
     "plan_to_json",

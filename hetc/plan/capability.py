@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetc.plan.ir import Plan
+from hetc.plan.ir import Plan, PlanIssue, PlanPath
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,25 +48,50 @@ WAVE_1: dict[str, Cell] = {
 
 def cells_used(plan: Plan, *, zero_stage: int, precision: str) -> list[str]:
     """Names of the matrix cells `plan` needs, in a stable order."""
-    used = [f"precision/{precision}"]
-    for stage in plan.stages:
+    return list(dict.fromkeys(name for name, _ in _cells_at(plan, zero_stage, precision)))
+
+
+def _cells_at(plan: Plan, zero_stage: int, precision: str) -> list[tuple[str, PlanPath]]:
+    """Each cell `plan` needs with the part of the plan that needs it."""
+    used: list[tuple[str, PlanPath]] = [(f"precision/{precision}", ())]
+    for i, stage in enumerate(plan.stages):
         mixed = len({r.tp for r in stage.replicas}) > 1
-        used.append(f"{'mixed' if mixed else 'uniform'}-tp-stage/zero-{zero_stage}")
+        used.append(
+            (f"{'mixed' if mixed else 'uniform'}-tp-stage/zero-{zero_stage}", ("stages", i))
+        )
     if len({p.microbatches for p in plan.pipelines}) > 1:
-        used.append("uneven-batch-shares")
+        used.append(("uneven-batch-shares", ("pipelines",)))
     visits = [(i, index) for p in plan.pipelines for i, index in enumerate(p.replicas)]
     if len(visits) != len(set(visits)):
-        used.append("asymmetric-replica-counts")
-    return list(dict.fromkeys(used))
+        used.append(("asymmetric-replica-counts", ("pipelines",)))
+    return used
 
 
 def capability_problems(plan: Plan, *, zero_stage: int, precision: str) -> list[str]:
     """Why this release cannot run `plan`, one line per unsupported cell; [] if it can."""
     problems = []
     for name in cells_used(plan, zero_stage=zero_stage, precision=precision):
-        cell = WAVE_1.get(name)
-        if cell is None:
-            problems.append(f"{name}: not in the capability matrix")
-        elif not cell.supported:
-            problems.append(f"{name}: not supported ({cell.why})")
+        why = _refusal(name)
+        if why is not None:
+            problems.append(f"{name}: {why}")
     return problems
+
+
+def capability_issues(plan: Plan, *, zero_stage: int, precision: str) -> list[PlanIssue]:
+    """`capability_problems` at each part of the plan that needs an unsupported cell (every
+    stage that mixes TP degrees under ZeRO 1, say), for a reader of a plan file."""
+    issues = []
+    for name, path in _cells_at(plan, zero_stage, precision):
+        why = _refusal(name)
+        if why is not None:
+            issues.append(PlanIssue(path, f"{name}: {why}"))
+    return issues
+
+
+def _refusal(name: str) -> str | None:
+    cell = WAVE_1.get(name)
+    if cell is None:
+        return "not in the capability matrix"
+    if not cell.supported:
+        return f"not supported ({cell.why})"
+    return None

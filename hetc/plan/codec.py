@@ -52,8 +52,18 @@ def plan_from_json(text: str) -> Plan:
     ]
     if structural:
         raise PlanFormatError(structural)
+    plan = plan_of(data)
+    problems = plan_problems(plan)
+    if problems:
+        raise PlanFormatError(problems)
+    return plan
+
+
+def plan_of(data: dict[str, Any]) -> Plan:
+    """The typed plan of JSON data that conforms to the plan schema (not yet checked for
+    consistency: see `plan_problems`)."""
     prediction = data["predictions"]
-    plan = Plan(
+    return Plan(
         version=data["version"],
         spec_hash=data["spec_hash"],
         hetc_version=data["hetc_version"],
@@ -77,7 +87,3 @@ def plan_from_json(text: str) -> Plan:
         ),
         predictions=None if prediction is None else Predictions(**prediction),
     )
-    problems = plan_problems(plan)
-    if problems:
-        raise PlanFormatError(problems)
-    return plan

@@ -120,105 +120,186 @@ class Plan:
         return sum(r.tp for s in self.stages for r in s.replicas)
 
 
+PlanPath = tuple[str | int, ...]
+"""Where in the plan's JSON a value stands: ("stages", 0, "replicas", 1, "tp")."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanIssue:
+    """One inconsistency of a plan, at the JSON path of the offending value."""
+
+    path: PlanPath
+    message: str
+
+
 def plan_problems(plan: Plan) -> list[str]:
     """Every inconsistency of `plan`, each message qualified by stage or pipeline; [] if none."""
-    problems: list[str] = []
+    return [issue.message for issue in plan_issues(plan)]
+
+
+def plan_issues(plan: Plan) -> list[PlanIssue]:
+    """`plan_problems` with the path of each offending value, so that a reader of a plan file
+    can point at it."""
+    problems: list[PlanIssue] = []
     if plan.version != PLAN_FORMAT_VERSION:
         problems.append(
-            f"plan format version {plan.version}; this hetc reads {PLAN_FORMAT_VERSION}"
+            PlanIssue(
+                ("version",),
+                f"plan format version {plan.version}; this hetc reads {PLAN_FORMAT_VERSION}",
+            )
         )
     if plan.microbatch_size < 1 or plan.global_batch_size < 1:
-        problems.append("global_batch_size and microbatch_size must be positive")
-    nodes = {n.id: n for n in plan.nodes}
-    if len(nodes) != len(plan.nodes):
-        problems.append("node ids repeat")
+        problems.append(
+            PlanIssue(
+                ("microbatch_size" if plan.microbatch_size < 1 else "global_batch_size",),
+                "global_batch_size and microbatch_size must be positive",
+            )
+        )
+    nodes: dict[str, Node] = {}
+    for i, node in enumerate(plan.nodes):
+        if node.id in nodes:
+            problems.append(PlanIssue(("nodes", i, "id"), "node ids repeat"))
+        nodes.setdefault(node.id, node)
     problems += _stage_problems(plan, nodes)
     problems += _pipeline_problems(plan)
     return problems
 
 
-def _stage_problems(plan: Plan, nodes: dict[str, Node]) -> list[str]:
-    problems: list[str] = []
+def _stage_problems(plan: Plan, nodes: dict[str, Node]) -> list[PlanIssue]:
+    problems: list[PlanIssue] = []
     if not plan.stages:
-        return ["a plan needs at least one stage"]
+        return [PlanIssue(("stages",), "a plan needs at least one stage")]
     expected_start = 0
     used: dict[tuple[str, int], str] = {}
     for i, stage in enumerate(plan.stages):
         where = f"stage {i}"
         if stage.first_block != expected_start:
             problems.append(
-                f"{where}: starts at block {stage.first_block}, not {expected_start}"
-                " (stages must cover the blocks contiguously)"
+                PlanIssue(
+                    ("stages", i, "first_block"),
+                    f"{where}: starts at block {stage.first_block}, not {expected_start}"
+                    " (stages must cover the blocks contiguously)",
+                )
             )
         end_stage = i in (0, len(plan.stages) - 1)
         if stage.end_block < stage.first_block or (stage.blocks == 0 and not end_stage):
             problems.append(
-                f"{where}: empty or reversed block range [{stage.first_block}, {stage.end_block})"
+                PlanIssue(
+                    ("stages", i, "end_block"),
+                    f"{where}: empty or reversed block range"
+                    f" [{stage.first_block}, {stage.end_block})",
+                )
             )
         expected_start = stage.end_block
         if not stage.replicas:
-            problems.append(f"{where}: has no replica")
+            problems.append(PlanIssue(("stages", i, "replicas"), f"{where}: has no replica"))
         for j, replica in enumerate(stage.replicas):
-            problems += _replica_problems(f"{where} replica {j}", replica, nodes, used)
+            problems += _replica_problems(
+                ("stages", i, "replicas", j), f"{where} replica {j}", replica, nodes, used
+            )
     if expected_start != plan.model_blocks:
-        problems.append(f"stages end at block {expected_start}; the model has {plan.model_blocks}")
+        problems.append(
+            PlanIssue(
+                ("stages", len(plan.stages) - 1, "end_block"),
+                f"stages end at block {expected_start}; the model has {plan.model_blocks}",
+            )
+        )
     return problems
 
 
 def _replica_problems(
-    where: str, replica: Replica, nodes: dict[str, Node], used: dict[tuple[str, int], str]
-) -> list[str]:
-    problems: list[str] = []
+    at: PlanPath,
+    where: str,
+    replica: Replica,
+    nodes: dict[str, Node],
+    used: dict[tuple[str, int], str],
+) -> list[PlanIssue]:
+    problems: list[PlanIssue] = []
     node = nodes.get(replica.node)
     if node is None:
-        return [f"{where}: runs on unknown node {replica.node!r}"]
+        return [PlanIssue((*at, "node"), f"{where}: runs on unknown node {replica.node!r}")]
     if node.device != replica.device:
-        problems.append(f"{where}: is {replica.device} but node {node.id} has {node.device}")
+        problems.append(
+            PlanIssue(
+                (*at, "device"),
+                f"{where}: is {replica.device} but node {node.id} has {node.device}",
+            )
+        )
     if replica.tp < 1 or len(replica.local_ranks) != replica.tp:
         problems.append(
-            f"{where}: TP {replica.tp} needs exactly {replica.tp} local ranks,"
-            f" got {len(replica.local_ranks)}"
+            PlanIssue(
+                (*at, "local_ranks"),
+                f"{where}: TP {replica.tp} needs exactly {replica.tp} local ranks,"
+                f" got {len(replica.local_ranks)}",
+            )
         )
-    for rank in replica.local_ranks:
+    for k, rank in enumerate(replica.local_ranks):
         if not 0 <= rank < node.devices:
             problems.append(
-                f"{where}: local rank {rank} outside node {node.id} ({node.devices} devices)"
+                PlanIssue(
+                    (*at, "local_ranks", k),
+                    f"{where}: local rank {rank} outside node {node.id} ({node.devices} devices)",
+                )
             )
         elif (node.id, rank) in used:
             problems.append(
-                f"{where}: device {node.id}#{rank} is already used by {used[node.id, rank]}"
+                PlanIssue(
+                    (*at, "local_ranks", k),
+                    f"{where}: device {node.id}#{rank} is already used by {used[node.id, rank]}",
+                )
             )
         else:
             used[node.id, rank] = where
     return problems
 
 
-def _pipeline_problems(plan: Plan) -> list[str]:
-    problems: list[str] = []
+def _pipeline_problems(plan: Plan) -> list[PlanIssue]:
+    problems: list[PlanIssue] = []
     if not plan.pipelines:
-        return ["a plan needs at least one pipeline"]
+        return [PlanIssue(("pipelines",), "a plan needs at least one pipeline")]
     visited: set[tuple[int, int]] = set()
     for p, pipeline in enumerate(plan.pipelines):
         where = f"pipeline {p}"
         if len(pipeline.replicas) != len(plan.stages):
             problems.append(
-                f"{where}: visits {len(pipeline.replicas)} stages, the plan has {len(plan.stages)}"
+                PlanIssue(
+                    ("pipelines", p, "replicas"),
+                    f"{where}: visits {len(pipeline.replicas)} stages,"
+                    f" the plan has {len(plan.stages)}",
+                )
             )
             continue
         if pipeline.microbatches < 1:
-            problems.append(f"{where}: needs at least one microbatch")
+            problems.append(
+                PlanIssue(
+                    ("pipelines", p, "microbatches"), f"{where}: needs at least one microbatch"
+                )
+            )
         for i, index in enumerate(pipeline.replicas):
             if not 0 <= index < len(plan.stages[i].replicas):
-                problems.append(f"{where}: stage {i} has no replica {index}")
+                problems.append(
+                    PlanIssue(
+                        ("pipelines", p, "replicas", i),
+                        f"{where}: stage {i} has no replica {index}",
+                    )
+                )
             visited.add((i, index))
     for i, stage in enumerate(plan.stages):
         for j in range(len(stage.replicas)):
             if (i, j) not in visited:
-                problems.append(f"stage {i} replica {j}: no pipeline runs through it")
+                problems.append(
+                    PlanIssue(
+                        ("stages", i, "replicas", j),
+                        f"stage {i} replica {j}: no pipeline runs through it",
+                    )
+                )
     samples = sum(p.microbatches for p in plan.pipelines) * plan.microbatch_size
     if samples != plan.global_batch_size:
         problems.append(
-            f"pipelines process {samples} samples per iteration; the global batch"
-            f" is {plan.global_batch_size} (it must be met exactly)"
+            PlanIssue(
+                ("pipelines",),
+                f"pipelines process {samples} samples per iteration; the global batch"
+                f" is {plan.global_batch_size} (it must be met exactly)",
+            )
         )
     return problems

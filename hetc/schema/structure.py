@@ -112,10 +112,12 @@ def conforms(value: Any, *schema_path: str) -> bool:
 
 def structural_findings(data: Any) -> list[Finding]:
     """Every schema violation in `data`, one Finding per violated keyword."""
-    return [_translate(error) for error in _validator().iter_errors(data)]
+    return [finding_of(error) for error in _validator().iter_errors(data)]
 
 
-def _translate(error: SchemaError) -> Finding:
+def finding_of(error: SchemaError) -> Finding:
+    """One schema violation (of the spec's schema or another, such as the plan's) as a
+    Finding in words: what is wrong at which path and what would be right."""
     path, schema, kind, value = error.path, error.schema, error.keyword, error.instance
     expected = error.expected
     quantity = schema.get("x-quantity")
