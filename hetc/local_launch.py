@@ -7,7 +7,10 @@ run's checkpoint_dir; `--from-scratch` is passed to each node script. A failed n
 run: on one host a retry would fail the same way, so the other nodes are stopped (SIGTERM: they
 checkpoint and stop) rather than left waiting for a rendezvous that will not complete. What the
 user needs from a failure is which node failed first (later failures are usually the others
-losing their peer), what its exit status means (`hetc.plan.outcome`) and its last lines.
+losing their peer), what the run's end means and that node's last lines. torchrun exits 1
+whatever its workers returned, so the meaning comes from the outcome records the ranks of this
+run left (`hetc.plan.outcome`: a lost peer, a stop after SIGTERM, a failure), and from the node
+script's exit status only where there are none.
 
 Exit status (returned, the CLI exits with it): 0 every node exited 0; 75 or 76 the first node to
 stop lost a peer or was stopped by a signal after a checkpoint (run again to resume); 1 the
@@ -40,7 +43,15 @@ from typing import IO
 
 from hetc.emit.launch import SHUTDOWN_MARGIN, TERM_GRACE
 from hetc.plan import RankFileError, read_cluster_file
-from hetc.plan.outcome import EXIT_DONE, EXIT_PEER_LOST, EXIT_PREEMPTED
+from hetc.plan.outcome import (
+    EXIT_DONE,
+    EXIT_PEER_LOST,
+    EXIT_PREEMPTED,
+    Outcome,
+    OutcomeError,
+    read_outcomes,
+    run_code,
+)
 from hetc.schema import EnvironmentProblem
 
 Echo = Callable[..., None]
@@ -305,6 +316,9 @@ class _Launch:
     """Arguments of every node script (`--from-scratch`)."""
     grace: float
     terminal: _Terminal
+    run_dir: Path
+    started: float = field(default_factory=time.time)
+    """Seconds since the epoch: outcome records older than this are a previous run's."""
     runs: list[_Running] = field(default_factory=list)
     exits: queue.Queue[_Running] = field(default_factory=queue.Queue)
     """Each node as it exits, in order."""
@@ -357,6 +371,23 @@ def _resume_hint(out_dir: Path) -> str:
     return f"`hetc launch {shlex.quote(str(out_dir))}` resumes from its newest complete checkpoint"
 
 
+def ranks_verdict(run_dir: Path, since: float) -> tuple[int, str] | None:
+    """The run's code and the line that says why, from the outcome records its ranks wrote
+    at or after `since` (`hetc.plan.outcome`): torchrun exits 1 whatever its workers
+    returned, so a node script's status cannot tell a lost peer from a failure, but the
+    survivors' records can. None when no rank of this run left a readable record."""
+    try:
+        fresh = [o for o in read_outcomes(run_dir) if o.time >= since]
+    except OutcomeError:
+        return None
+    code = run_code(fresh)
+    if code is None or code == EXIT_DONE:
+        return None
+    first: Outcome = next(o for o in fresh if o.code == code)
+    who = f"plan rank {first.rank}" if first.rank is not None else "a rank"
+    return code, f"{who}: {first.reason}"
+
+
 def _supervise(launch: _Launch, timeout: float | None, out_dir: Path) -> int:
     """Wait for every node; the first to fail stops the others. The last line says what the
     run's end means: done, failed, peer lost or preempted."""
@@ -375,10 +406,12 @@ def _supervise(launch: _Launch, timeout: float | None, out_dir: Path) -> int:
                 + ", ".join(r.node.label for r in stopped)
             )
             return 1
-        code = run.process.returncode
-        if code:
+        status = run.process.returncode
+        if status:
             stopped = launch.stop()
             _drain(runs)
+            verdict = ranks_verdict(launch.run_dir, launch.started)
+            code, why = verdict if verdict is not None else (status, None)
             meaning = outcome(code)
             others = (
                 "stopped " + ", ".join(r.node.label for r in stopped)
@@ -386,12 +419,14 @@ def _supervise(launch: _Launch, timeout: float | None, out_dir: Path) -> int:
                 else "no other node was still running"
             )
             hint = f"; {_resume_hint(out_dir)}" if meaning != "failed" else ""
+            records = f"hetc: the ranks' outcome records say: {why}\n" if why else ""
             terminal.say(
                 f"hetc: {run.node.label} {'failed' if meaning == 'failed' else 'stopped'} first,"
-                f" {_describe(code)}; its last"
+                f" {_describe(status)}; its last"
                 f" {len(run.tail)} line(s):\n"
                 + "".join(f"  {line}\n" for line in run.tail)
-                + f"hetc: {meaning}: {run.node.label} exited first ({_describe(code)});"
+                + records
+                + f"hetc: {meaning}: {run.node.label} exited first ({_describe(status)});"
                 f" {others}{hint}"
             )
             return code if meaning in ("peer lost", "preempted") else 1
@@ -446,6 +481,7 @@ def run_launch(
         args=("--from-scratch",) if from_scratch else (),
         grace=stop_grace(env),
         terminal=_Terminal(echo),
+        run_dir=run_dir,
     )
     chosen = [n for n in nodes if not only or n.index in only]
     terminal = launch.terminal

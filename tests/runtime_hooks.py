@@ -8,7 +8,9 @@ which in these tests equals its torch rank (`RANK`). Before a hook kills or stop
 process it writes `HETC_RUN_DIR/hook-rank-<R>.time` (seconds since the epoch), from which
 the tests' reports measure how long the survivors took to notice.
 
-- `kill-rank-1-step-2`, `stop-rank-1-step-2`: SIGKILL or SIGSTOP at the start of step 2.
+- `kill-rank-1-step-2`, `stop-rank-1-step-2`: SIGKILL or SIGSTOP at the start of step 2;
+  `kill-rank-0-step-2` kills plan rank 0, which hosts the c10d store where no torchrun
+  agent does.
 - `usr1-in-startup-rank-1`, `term-in-startup-rank-1`: the signal while start-up runs (before
   the process group is joined).
 - `usr1-in-loading`: SIGUSR1 on every rank just before the checkpoint is read.
@@ -108,6 +110,8 @@ def _slow_write() -> None:
 def apply(name: str) -> None:
     if name == "kill-rank-1-step-2":
         _at_step(1, 2, _signal_self(signal.SIGKILL))
+    elif name == "kill-rank-0-step-2":
+        _at_step(0, 2, _signal_self(signal.SIGKILL))
     elif name == "stop-rank-1-step-2":
         _at_step(1, 2, _signal_self(signal.SIGSTOP))
     elif name == "usr1-in-startup-rank-1":

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hetc.cli import app
+from hetc.plan.outcome import EXIT_PEER_LOST, Outcome, outcome_path, write_outcome
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / "examples" / "local-cpu.yaml"
@@ -34,6 +35,10 @@ if [[ -n "${FAKE_LINES:-}" ]]; then
 fi
 if [[ "$HETC_NODE" == "${FAKE_FAIL_NODE:-}" ]]; then
     for i in $(seq 30); do echo "fail line $i"; done
+    if [[ -n "${FAKE_RECORD:-}" ]]; then  # an outcome record, stamped now
+        mkdir -p "$HETC_RUN_DIR/outcome"
+        sed "s/__NOW__/$(date +%s.%N)/" "$FAKE_RECORD" > "$HETC_RUN_DIR/outcome/rank-00001.json"
+    fi
     exit "${FAKE_FAIL_CODE:-3}"
 fi
 sleep "${FAKE_SLEEP:-0}" &  # a child of its own: stopping the node must reach its group
@@ -208,6 +213,43 @@ def test_the_last_line_says_what_the_first_nodes_exit_status_means(
     resumable = "resumes from its newest complete checkpoint" in last
     assert resumable == (meaning != "failed")
     _assert_all_gone(fake)
+
+
+def test_the_ranks_outcome_records_say_a_peer_was_lost_where_torchrun_says_1(
+    compiled: Path, node_ids: list[str], fake: dict[str, str], tmp_path: Path
+) -> None:
+    """torchrun exits 1 whatever its workers returned: a survivor's outcome record of this run
+    (exit 75, naming the lost rank) makes the run "peer lost", exit 75, with the record's
+    reason; a record older than the launch is a previous run's and is ignored. Checked to
+    fail without the records (the last line says "failed", exit 1)."""
+    reason = "peer lost: plan rank 0 (node 'x', local rank 0) stopped answering"
+
+    def record(stamp: float) -> Outcome:
+        return Outcome(
+            code=EXIT_PEER_LOST,
+            reason=reason,
+            rank=1,
+            node=node_ids[1],
+            local_rank=0,
+            plan_hash=None,
+            step=3,
+            time=stamp,
+        )
+
+    template = tmp_path / "record.json"
+    template.write_text(json.dumps(record(0.0).to_json()).replace('"time": 0.0', '"time": __NOW__'))
+    run_dir = tmp_path / "run"
+    env = {**fake, "FAKE_FAIL_NODE": node_ids[1], "FAKE_FAIL_CODE": "1", "FAKE_SLEEP": "60"}
+    done = _launch(compiled, {**env, "FAKE_RECORD": str(template)}, "--run-dir", str(run_dir))
+    assert done.returncode == EXIT_PEER_LOST, done.stderr
+    assert f"hetc: the ranks' outcome records say: plan rank 1: {reason}" in done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        f"hetc: peer lost: node0001 {node_ids[1]} exited first (exit code 1)"
+    )
+    write_outcome(outcome_path(run_dir, 1), record(time.time() - 60))
+    done = _launch(compiled, env, "--run-dir", str(run_dir))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"hetc: failed: node0001 {node_ids[1]}")
 
 
 def test_resuming_is_the_default_and_from_scratch_reaches_every_node(

@@ -31,9 +31,9 @@ HEARTBEAT = 5.0
 LOST = "plan rank 1 (node 'cpu@z/n1', local rank 0)"
 
 
-def _lose_rank_1(tmp_path: Path, hook: str) -> tuple[list[Outcome], Path]:
-    """Train with `hook` making plan rank 1 die or freeze at step 2; the survivors' outcomes
-    (plan ranks 0 and 2) and the run directory. The lost rank is killed afterwards."""
+def _lose_rank(tmp_path: Path, hook: str, lost: int = 1) -> tuple[list[Outcome], Path]:
+    """Train with `hook` making plan rank `lost` die or freeze at step 2; the survivors'
+    outcomes and the run directory. The lost rank is killed afterwards."""
     spec = oracle_spec(batch=NEIGHBOURS.global_batch_size)
     out, run = tmp_path / "out", tmp_path / "run"
     out.mkdir()
@@ -50,7 +50,8 @@ def _lose_rank_1(tmp_path: Path, hook: str) -> tuple[list[Outcome], Path]:
     ]
     processes = start_ranks(ranks, out, run, timeout=300)
     try:
-        survivors = [wait_for(ranks[i], processes[i], HEARTBEAT + 60) for i in (0, 2)]
+        alive = [i for i in range(len(ranks)) if i != lost]
+        survivors = [wait_for(ranks[i], processes[i], HEARTBEAT + 60) for i in alive]
     finally:
         for process in processes:
             if process.poll() is None:
@@ -82,12 +83,28 @@ def _assert_one_message(survivors: list[Outcome], run: Path, silent: str) -> Non
 def test_a_killed_rank_is_named_by_every_survivor(tmp_path: Path) -> None:
     """SIGKILL: the survivors' gloo calls fail at once; the heartbeat then names the silent
     rank after a few missed beats ("connection lost and no heartbeat for ...")."""
-    survivors, run = _lose_rank_1(tmp_path, "kill-rank-1-step-2")
+    survivors, run = _lose_rank(tmp_path, "kill-rank-1-step-2")
     _assert_one_message(survivors, run, "connection lost and no heartbeat")
 
 
 def test_a_frozen_rank_is_named_within_the_heartbeat_timeout(tmp_path: Path) -> None:
     """SIGSTOP: nothing fails, every survivor waits in a collective; the heartbeat names the
     rank once it missed HEARTBEAT seconds of beats, long before the 300 s timeout."""
-    survivors, run = _lose_rank_1(tmp_path, "stop-rank-1-step-2")
+    survivors, run = _lose_rank(tmp_path, "stop-rank-1-step-2")
     _assert_one_message(survivors, run, "no heartbeat for")
+
+
+def test_the_rank_that_hosts_the_store_is_named_when_killed(tmp_path: Path) -> None:
+    """Without torchrun's agent, plan rank 0 hosts the c10d store, so killing it takes the
+    heartbeat's store too: the survivors name it as the store's host and exit 75 within a
+    few beats, and the outcome record says the same. Checked to fail when `after_error`
+    returns at once (the survivors then report the raw gloo error, exit 1)."""
+    survivors, run = _lose_rank(tmp_path, "kill-rank-0-step-2", lost=0)
+    for outcome in survivors:
+        assert outcome.returncode == EXIT_PEER_LOST, outcome.stderr[-3000:]
+        assert "Traceback" not in outcome.stderr, outcome.stderr[-3000:]
+        lines = [line for line in outcome.stderr.splitlines() if line.startswith("hetc-runtime")]
+        assert len(lines) == 1, lines
+        assert "plan rank 0 (node 'cpu@z/n0', local rank 0)" in lines[0], lines[0]
+        record = read_outcome(outcome_path(run, outcome.rank.torch_rank))
+        assert record.lost is not None and (record.lost.rank, record.lost.node) == (0, "cpu@z/n0")

@@ -22,7 +22,10 @@ rank. So every rank runs a thread that beats and watches:
 - A peer that stopped on its own (a failure, a preemption) publishes its exit code and reason
   first (`publish_exit`); its watchers adopt that instead of calling it lost.
 - The store itself: in a job started without torchrun's agent store, plan rank of torch rank
-  0 hosts it; an unreachable store for the whole timeout is that host lost.
+  0 hosts it; an unreachable store for the whole timeout (a few intervals once a
+  communication error was seen) is that host lost. A host that ends on its own waits, a few
+  intervals at most, until its peers have published their ends, so that the store and the
+  verdict in it outlive their readers.
 - A watcher that was itself frozen (its loop ran late by more than half the timeout) cannot
   judge the time it missed and restarts its clocks; if its peers meanwhile convicted it, it
   finds the verdict naming itself and stops too.
@@ -126,6 +129,15 @@ class Heartbeat:
         self._error_seen = False
         self._pending: dict[int, float] = {}
         """Peers seen with a failure exit record, since when (adopted a beat later)."""
+        self._changed: dict[int, float] = {}
+        """When each peer's counter was last seen to move (this rank's monotonic clock)."""
+        self._before: dict[int, float] = {}
+        """When it was seen to move the time before: two moves seen after an error prove a
+        beat written after it (the first may be a dead peer's last)."""
+        self._ended: set[int] = set()
+        """Peers that published a clean end."""
+        self._store_ok = time.monotonic()
+        """When the store last answered: while it does not, the thread is the judge."""
 
     def _key(self, rank: int) -> str:
         return f"{self._prefix}/rank-{rank}"
@@ -161,19 +173,39 @@ class Heartbeat:
         self._exit = {"code": code, "reason": reason, "lost": _lost_json(lost)}
         try:
             self._beat()
+            self._linger(lost)
         except Exception:  # the store is gone: the watchers will call this rank lost
             return
+
+    def _linger(self, lost: LostPeer | None) -> None:
+        """Where this process hosts the store, stay until every other rank has published its
+        end (or a few intervals passed): leaving at once would take the store, and with it
+        the verdict, from ranks that have not read it yet."""
+        if self.store_host is None or self.store_host.rank != self.me.rank:
+            return
+        waiting = [p for p in self.peers if lost is None or p.rank != lost.rank]
+        deadline = time.monotonic() + 5 * self.interval
+        while waiting and time.monotonic() < deadline:
+            with self._store_lock:
+                assert self._store is not None
+                values = self._store.multi_get([self._key(p.rank) for p in waiting])
+            waiting = [p for p, v in zip(waiting, values, strict=True) if not json.loads(v)["exit"]]
+            time.sleep(self.interval / 4)
 
     def after_error(self) -> None:
         """The main thread saw a communication error: convict a silent peer after a few
         missed beats rather than the whole timeout, and wait for the verdict (which ends the
-        process). Returns when none came: the error was not a lost peer."""
+        process). Returns when there is none to wait for: every peer beat since the error
+        (so none is lost and the error is this rank's own), or the timeout passed."""
+        error_at = time.monotonic()
         self._error_seen = True
-        if self._thread is None or not self._thread.is_alive():
-            return
-        # A dead peer stopped beating before the error: a few intervals convict it.
-        deadline = time.monotonic() + (SUSPECT_BEATS + 2) * self.interval
-        while time.monotonic() < deadline and self._thread.is_alive():
+        deadline = error_at + self.timeout + 2 * self.interval
+        while time.monotonic() < max(deadline, self._store_ok + self.timeout):
+            if self._thread is None or not self._thread.is_alive():
+                return
+            alive = [self._before.get(p.rank, 0.0) > error_at for p in self.peers]
+            if all(a or p.rank in self._ended for a, p in zip(alive, self.peers, strict=True)):
+                return
             time.sleep(self.interval / 2)
 
     # -- the thread ------------------------------------------------------------------------
@@ -189,23 +221,25 @@ class Heartbeat:
     def _run(self) -> None:
         """Beat and watch until stopped or until a decision ends the process. A decision
         returns only where another thread is ending the process already: then stop too."""
-        changed = {p.rank: time.monotonic() for p in self.peers}
+        changed = self._changed
+        changed.update({p.rank: time.monotonic() for p in self.peers})
         last: dict[int, Any] = {}
-        store_ok = last_loop = time.monotonic()
+        self._store_ok = last_loop = time.monotonic()
         while not self._stopped.wait(self.interval):
             now = time.monotonic()
             if now - last_loop > max(3 * self.interval, self.timeout / 2):
-                changed = dict.fromkeys(changed, now)  # this rank was frozen: no judging
-                store_ok = now
+                changed.update(dict.fromkeys(changed, now))  # this rank was frozen: no judging
+                self._store_ok = now
             last_loop = now
             if self._grace_ran_out():
                 return
             try:
                 states, verdict = self._read()
-                store_ok = now
+                self._store_ok = now
             except Exception:  # a store error of any kind: judged by how long it lasts
-                if time.monotonic() - store_ok > self.timeout:
-                    self._store_lost(time.monotonic() - store_ok)
+                limit = SUSPECT_BEATS * self.interval if self._error_seen else self.timeout
+                if time.monotonic() - self._store_ok > limit:
+                    self._store_lost(time.monotonic() - self._store_ok)
                     return
                 continue
             if verdict is not None:
@@ -219,6 +253,7 @@ class Heartbeat:
                         return
                     continue
                 if last.get(peer.rank) != state["beat"]:
+                    self._before[peer.rank] = changed[peer.rank]
                     last[peer.rank], changed[peer.rank] = state["beat"], now
                 elif now - changed[peer.rank] > limit:
                     silent.append((peer, now - changed[peer.rank]))
@@ -286,6 +321,7 @@ class Heartbeat:
         acted."""
         code = record["code"]
         if code == 0:
+            self._ended.add(peer.rank)
             return False
         since = self._pending.setdefault(peer.rank, now)
         if not self._error_seen and now - since < self.interval:
