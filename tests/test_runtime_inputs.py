@@ -126,6 +126,20 @@ def test_inputs_report_every_file_that_differs_from_the_manifest(tmp_path: Path)
     assert inputs.text("training.json") == "T" and inputs.text("spec.json") is None
 
 
+def test_an_edited_plan_is_pointed_at_compile_plan(tmp_path: Path) -> None:
+    """plan.json changed after compiling: the problem says how to run an edited plan
+    (`hetc compile --plan`); another edited file does not get that advice."""
+    for name in ("plan.json", "training.json"):
+        (tmp_path / name).write_text("x")
+    seal(tmp_path)
+    (tmp_path / "plan.json").write_text("edited")
+    (tmp_path / "training.json").write_text("edited")
+    problems = Inputs.open(tmp_path).problems
+    plan, training = (next(p for p in problems if name in p) for name in ("plan", "training"))
+    assert plan.endswith("hetc compile SPEC --plan OUT/plan.json -o OUT"), plan
+    assert "--plan" not in training, training
+
+
 def test_an_output_without_a_manifest_is_refused(tmp_path: Path) -> None:
     """No manifest.json: not `hetc compile` output (or copied in part)."""
     (tmp_path / "plan.json").write_text("p")

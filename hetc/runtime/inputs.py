@@ -29,6 +29,9 @@ ALWAYS = ("plan.json", "training.json", "topology/cluster.json")
 """What every rank reads; its rank file and DeepSpeed config are added once known."""
 IF_LISTED = ("spec.json",)
 """Read and checked where the manifest lists them (with every file under profiles/)."""
+EDITED_PLAN = "; to run an edited plan, compile it: hetc compile SPEC --plan OUT/plan.json -o OUT"
+"""Said wherever plan.json differs from what was compiled: an edited plan is compiled, never
+run as it is."""
 
 
 @dataclass
@@ -89,7 +92,7 @@ class Inputs:
         elif digest != expected:
             self.problems.append(
                 f"{path} was changed after `hetc compile` (sha256 {digest[:12]}..., {MANIFEST}"
-                f" lists {expected[:12]}...)"
+                f" lists {expected[:12]}...)" + (EDITED_PLAN if relative == "plan.json" else "")
             )
         return data
 

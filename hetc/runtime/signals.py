@@ -8,10 +8,13 @@ runtime does: the handlers only count, and the training loop asks every iteratio
 (`hetc.runtime.checkpoint.Checkpointer.observe`), so a signal received during start-up or
 loading is acted on at the first boundary.
 
-SIGUSR1 asks for a checkpoint; training goes on. SIGTERM asks for a checkpoint and then a
+SIGUSR1 asks for a checkpoint; training goes on. SIGTERM, or a first SIGINT (Ctrl-C on a rank
+started by hand), asks for a checkpoint and then a
 clean stop (`EXIT_PREEMPTED`) within the grace period counted from the signal: after it, the
 scheduler's SIGKILL follows (Slurm's KillWait, 30 s by default; torchrun's agent waits 30 s
-after forwarding SIGTERM). A rank that learns of the stop from another rank's signal, through
+after forwarding SIGTERM). A second SIGINT stops the rank at once, without a checkpoint (exit
+130): the user asked twice; checkpoints are published whole or not at all, so none is left
+half-written. A rank that learns of the stop from another rank's signal, through
 the iteration's agreement, counts its grace from then (`Signals.stop_learnt`).
 
 The handler object holds only numbers: Python keeps a signal handler alive until interpreter
@@ -22,7 +25,9 @@ a gloo worker thread dropping a tensor cannot take the GIL and aborts the proces
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import time
 from types import FrameType
 
@@ -34,7 +39,9 @@ class Signals:
         self.checkpoints = 0
         """SIGUSR1s received."""
         self.stops = 0
-        """SIGTERMs received."""
+        """SIGTERMs and SIGINTs received."""
+        self.interrupts = 0
+        """SIGINTs received."""
         self.stop_since: float | None = None
         """time.monotonic() of the first SIGTERM, or of learning of another rank's."""
 
@@ -42,7 +49,16 @@ class Signals:
         """Handle SIGUSR1 and SIGTERM from now on (main thread only)."""
         signal.signal(signal.SIGUSR1, self._checkpoint)
         signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._interrupt)
         return self
+
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
+        if self.interrupts:
+            sys.stderr.write("hetc-runtime: interrupted twice: stopped without a checkpoint\n")
+            sys.stderr.flush()
+            os._exit(128 + signal.SIGINT)
+        self.interrupts += 1
+        self._stop(signum, frame)
 
     def _checkpoint(self, signum: int, frame: FrameType | None) -> None:
         self.checkpoints += 1

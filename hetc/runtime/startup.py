@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from hetc.plan import RankFileError
 from hetc.plan.rankfiles import parse_cluster_file, parse_rank_file
-from hetc.runtime.inputs import Inputs
+from hetc.runtime.inputs import EDITED_PLAN, Inputs
 
 CHECKPOINT_REQUEST = "checkpoint-request"
 """A file in the run directory whose existence asks for a checkpoint (the Slurm batch script's
@@ -239,7 +239,7 @@ def _plan_file_problem(out_dir: Path, cluster: dict[str, Any], inputs: Inputs) -
     return (
         f"{path} has sha256 {digest[:12]}..., but topology/cluster.json was compiled from plan"
         f" {cluster['plan_hash'][:12]}...; copy the whole output directory of one `hetc compile`"
-        " again"
+        " again" + EDITED_PLAN
     )
 
 
