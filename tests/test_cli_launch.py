@@ -28,7 +28,10 @@ FAKE_TORCHRUN = r"""#!/usr/bin/env bash
 where="out=$HETC_OUT run=$HETC_RUN_DIR extra=${FAKE_EXTRA:-} scratch=${HETC_FROM_SCRATCH:-}"
 echo "fake-torchrun node=$HETC_NODE $where $*"
 echo "fake-torchrun stderr $HETC_NODE" >&2
-echo $$ > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
+record_pid() {  # atomically: a node stopped at once leaves no empty pid file
+    local f; f=$(mktemp "$FAKE_PIDS/.new.XXXXXX"); echo "$1" > "$f"; mv "$f" "${f/.new./pid.}"
+}
+record_pid $$
 if [[ -n "${FAKE_LINES:-}" ]]; then
     long=$(printf 'x%.0s' $(seq "$FAKE_LONG"))
     for i in $(seq "$FAKE_LINES"); do echo "flood $i $HETC_NODE $long"; done
@@ -42,7 +45,7 @@ if [[ "$HETC_NODE" == "${FAKE_FAIL_NODE:-}" ]]; then
     exit "${FAKE_FAIL_CODE:-3}"
 fi
 sleep "${FAKE_SLEEP:-0}" &  # a child of its own: stopping the node must reach its group
-echo $! > "$(mktemp "$FAKE_PIDS/pid.XXXXXX")"
+record_pid $!
 wait
 """
 
@@ -118,7 +121,7 @@ def _running(pid: int) -> bool:
 
 def _assert_all_gone(env: dict[str, str]) -> None:
     """Every process the fake torchruns started has ended: none was left behind."""
-    pids = [int(p.read_text()) for p in Path(env["FAKE_PIDS"]).iterdir()]
+    pids = [int(p.read_text()) for p in Path(env["FAKE_PIDS"]).glob("pid.*")]
     assert pids
     deadline = time.monotonic() + 5  # a killed process can take a moment to go
     while any(map(_running, pids)) and time.monotonic() < deadline:
