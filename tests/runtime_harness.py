@@ -158,9 +158,11 @@ def free_port() -> int:
         return port
 
 
-def ranks_in_plan_order(topology: Topology) -> list[Rank]:
+def ranks_in_plan_order(topology: Topology, command: list[str] | None = None) -> list[Rank]:
+    """Every process of `topology` in plan order, each started with `command` if given."""
     return [
-        Rank(node=p.node, local_rank=p.local_rank, torch_rank=p.rank) for p in topology.processes
+        Rank(node=p.node, local_rank=p.local_rank, torch_rank=p.rank, command=command)
+        for p in topology.processes
     ]
 
 

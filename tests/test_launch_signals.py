@@ -392,7 +392,8 @@ def test_real_torchrun_passes_sigterm_on_and_reports_any_worker_exit_as_1(
     log.unlink()
     done = subprocess.run(
         ["bash", str(script)],
-        env={**env, "WORKER_EXIT": "75"},
+        # a port of its own: the first agent's store may still hold the old one
+        env={**env, "WORKER_EXIT": "75", "HETC_RDZV_ENDPOINT": f"127.0.0.1:{_free_port()}"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -95,15 +95,7 @@ def _run(
         command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
     if hook is not None:
         command = [sys.executable, str(HERE / "test_runtime_checkpoint.py"), hook]
-    ranks = [
-        type(r)(
-            node=r.node,
-            local_rank=r.local_rank,
-            torch_rank=r.torch_rank,
-            command=[*command, *arguments],
-        )
-        for r in ranks_in_plan_order(topology)
-    ]
+    ranks = ranks_in_plan_order(topology, command=[*command, *arguments])
     return launch(ranks, out, run, timeout=60), run
 
 

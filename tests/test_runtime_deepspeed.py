@@ -59,15 +59,7 @@ def _train(
             config.write_text(json.dumps(text))
     seal(out)
     command = [sys.executable, str(HERE), hooks, "--steps", str(steps)]
-    ranks = [
-        type(r)(
-            node=r.node,
-            local_rank=r.local_rank,
-            torch_rank=r.torch_rank,
-            command=[*command, "--save-weights", str(weights)],
-        )
-        for r in ranks_in_plan_order(topology)
-    ]
+    ranks = ranks_in_plan_order(topology, command=[*command, "--save-weights", str(weights)])
     outcomes = launch(ranks, out, run, timeout=120)
     for outcome in outcomes:
         assert outcome.returncode == 0, outcome.stderr[-3000:]

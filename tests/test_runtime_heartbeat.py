@@ -44,10 +44,7 @@ def _lose_rank(tmp_path: Path, hook: str, lost: int = 1) -> tuple[list[Outcome],
     seal(out)
     command = [sys.executable, str(HERE / "runtime_hooks.py"), hook]
     command += ["--heartbeat-timeout", str(HEARTBEAT), "--steps", "5"]
-    ranks = [
-        type(r)(node=r.node, local_rank=r.local_rank, torch_rank=r.torch_rank, command=command)
-        for r in ranks_in_plan_order(topology)
-    ]
+    ranks = ranks_in_plan_order(topology, command=command)
     processes = start_ranks(ranks, out, run, timeout=300)
     try:
         alive = [i for i in range(len(ranks)) if i != lost]

@@ -39,10 +39,7 @@ def _compiled(where: Path, checkpoints: Path) -> Path:
 
 def _start(out: Path, run: Path, *arguments: str) -> tuple[list, list]:
     command = [sys.executable, "-m", "hetc.runtime", *arguments]
-    ranks = [
-        type(r)(node=r.node, local_rank=r.local_rank, torch_rank=r.torch_rank, command=command)
-        for r in ranks_in_plan_order(topology_of(MIXED_TP, tied_embeddings=True))
-    ]
+    ranks = ranks_in_plan_order(topology_of(MIXED_TP, tied_embeddings=True), command=command)
     return ranks, start_ranks(ranks, out, run, timeout=60)
 
 

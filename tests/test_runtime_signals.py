@@ -40,15 +40,9 @@ def _run(out: Path, run: Path, *arguments: str, hooks: str | None = None) -> lis
     command = [sys.executable, "-m", "hetc.runtime"]
     if hooks is not None:
         command = [sys.executable, str(HERE / "runtime_hooks.py"), hooks]
-    ranks = [
-        type(r)(
-            node=r.node,
-            local_rank=r.local_rank,
-            torch_rank=r.torch_rank,
-            command=[*command, *arguments],
-        )
-        for r in ranks_in_plan_order(topology_of(NEIGHBOURS, tied_embeddings=True))
-    ]
+    ranks = ranks_in_plan_order(
+        topology_of(NEIGHBOURS, tied_embeddings=True), command=[*command, *arguments]
+    )
     return launch(ranks, out, run, timeout=60)
 
 

@@ -50,15 +50,7 @@ def _record(plan: Plan, spec_kwargs: dict[str, Any], tmp: Path) -> dict[int, lis
     out.mkdir()
     topology = write_compiled(plan, spec, out)
     worker = [sys.executable, str(HERE / "runtime_traffic_worker.py"), str(records)]
-    ranks = [
-        type(r)(
-            node=r.node,
-            local_rank=r.local_rank,
-            torch_rank=r.torch_rank,
-            command=[*worker, "--steps", str(STEPS)],
-        )
-        for r in ranks_in_plan_order(topology)
-    ]
+    ranks = ranks_in_plan_order(topology, command=[*worker, "--steps", str(STEPS)])
     for outcome in launch(ranks, out, tmp / "run", timeout=120):
         assert outcome.returncode == 0, outcome.stderr[-3000:]
     return {

@@ -95,15 +95,9 @@ def _train(
     command = [sys.executable, "-m", "hetc.runtime"]
     if mutation is not None:
         command = [sys.executable, str(HERE / "runtime_training.py"), mutation]
-    ranks = [
-        type(r)(
-            node=r.node,
-            local_rank=r.local_rank,
-            torch_rank=r.torch_rank,
-            command=[*command, "--steps", str(steps), "--save-weights", str(weights)],
-        )
-        for r in ranks_in_plan_order(topology)
-    ]
+    ranks = ranks_in_plan_order(
+        topology, command=[*command, "--steps", str(steps), "--save-weights", str(weights)]
+    )
     outcomes = launch(ranks, out, run, timeout=120)
     for outcome in outcomes:
         assert outcome.returncode == 0, outcome.stderr[-3000:]
@@ -261,15 +255,9 @@ def test_a_plan_outside_the_capability_matrix_is_refused_on_every_rank(tmp_path:
     record["zero_stage"] = 1
     (out / "training.json").write_text(json.dumps(record))
     seal(out)
-    ranks = [
-        type(r)(
-            node=r.node,
-            local_rank=r.local_rank,
-            torch_rank=r.torch_rank,
-            command=[sys.executable, "-m", "hetc.runtime", "--steps", "1"],
-        )
-        for r in ranks_in_plan_order(topology)
-    ]
+    ranks = ranks_in_plan_order(
+        topology, command=[sys.executable, "-m", "hetc.runtime", "--steps", "1"]
+    )
     for outcome in launch(ranks, out, tmp_path / "run", timeout=60):
         assert outcome.returncode == 1
         assert "mixed-tp-stage/zero-1: not supported" in outcome.stderr
