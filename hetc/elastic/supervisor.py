@@ -268,13 +268,23 @@ class Supervisor:
             " device(s))"
         )
         record["launched_at"] = time.time()
+        offset = _size(self.run_dir / "metrics" / "rank-00000.jsonl")
         job = LocalJob(
             written,
             run_dir=self.run_dir,
             echo=self.echo,
             from_scratch=self.options.from_scratch and number == 1,
         )
-        self.current = _Generation(number=number, record=record, plan=choice.plan, job=job)
+        record["process_groups"] = {
+            n.id: job.process_groups()[n.index] for n in job.nodes
+        }
+        self.current = _Generation(
+            number=number,
+            record=record,
+            plan=choice.plan,
+            job=job,
+            metrics_offset=offset,
+        )
         self.last_plan = choice.plan
         write_json(record_path(self.out, number), record)
         return True
@@ -436,6 +446,15 @@ def _plan_summary(plan: Plan) -> dict[str, Any]:
         "pipelines": len(plan.pipelines),
         "iteration_time": plan.predictions.iteration_time if plan.predictions else 0.0,
     }
+
+
+def _size(path: Path) -> int:
+    """A file's size (0 when absent): where a generation's lines start in a metrics file
+    that every generation appends to (a plan may come back, with its hash)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _newest_startup(run: Path) -> float | None:
