@@ -4,6 +4,7 @@ reading a generation's records and metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -115,8 +116,6 @@ def kill_node(node_id: str, process_group: int, run_dir: Path) -> float:
     killed = time.time()
     os.killpg(process_group, signal.SIGKILL)
     for pid in ranks:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return killed

@@ -275,9 +275,7 @@ class Supervisor:
             echo=self.echo,
             from_scratch=self.options.from_scratch and number == 1,
         )
-        record["process_groups"] = {
-            n.id: job.process_groups()[n.index] for n in job.nodes
-        }
+        record["process_groups"] = {n.id: job.process_groups()[n.index] for n in job.nodes}
         self.current = _Generation(
             number=number,
             record=record,
