@@ -115,8 +115,29 @@ def owned_link(out: Path) -> bool:
     return pointed.parent == generations_dir(out)
 
 
-def _phases(timings: dict[str, float]) -> str:
-    return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in timings.items())
+PHASES = ("checkpoint", "plan", "compile", "restart", "load")
+"""A reconfiguration's phases as the supervisor sees them, in order (detection is timed
+against the moment of the loss, which only whoever caused it knows: bench/reconfigure.py)."""
+
+
+def phases(record: dict[str, Any]) -> dict[str, float]:
+    """Seconds of each phase of the reconfiguration that made a generation: its record's
+    timings (checkpoint: the old job's stop with a checkpoint; plan; compile), restart (launch
+    to every rank started and checked) and load (started to the first step written, which
+    includes loading the checkpoint and one step)."""
+    found = dict(record.get("timings", {}))
+    launched, started, training = (
+        record.get(k) for k in ("launched_at", "started_at", "training_at")
+    )
+    if launched is not None and started is not None:
+        found["restart"] = started - launched
+    if started is not None and training is not None:
+        found["load"] = training - started
+    return {name: found[name] for name in PHASES if name in found}
+
+
+def _phases(record: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in phases(record).items())
 
 
 def status_lines(out: Path) -> list[str]:
@@ -141,8 +162,8 @@ def status_lines(out: Path) -> list[str]:
             )
         if record.get("refused"):
             lines.append(f"  refused: {record['refused']}")
-        if record.get("timings"):
-            lines.append(f"  reconfiguration: {_phases(record['timings'])}")
+        if phases(record):
+            lines.append(f"  reconfiguration: {_phases(record)}")
         if record.get("resumed") is not None:
             lines.append(f"  resumed at step {record['resumed']}")
         lines.append(f"  ended: {record.get('ended') or 'running'}")

@@ -6,8 +6,9 @@ it is paid for. So the choice is not simply the new best plan. The planner's bes
 (`CANDIDATES`) are scored under the new quotas, and so is the current plan where it still
 fits them (the warm start: a known-good incumbent that costs one simulation); among those
 within `tolerance` of the best objective (seconds or USD per iteration, lower is better),
-the one keeping the most running devices per pool wins, the better objective breaking ties.
-With a tolerance of 0 this is the planner's best plan.
+the one keeping the most running devices per pool wins; among those, the running plan itself
+(no restart at all), then the better objective. With a tolerance of 0 this is the planner's
+best plan (or the running plan where it is as good).
 
 When nothing fits the new quotas, `Replanned.diagnosis` says why (the planner's diagnosis:
 the binding constraint and the smallest change that fixes it) and there is no plan.
@@ -18,7 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetc.costmodel.profile import LayerProfile
 from hetc.plan import Plan, plan_to_json
@@ -48,6 +49,13 @@ def devices_by_pool(plan: Plan) -> Counter[str]:
             node = nodes[replica.node]
             used[f"{node.pool}@{node.zone}"] += replica.tp
     return used
+
+
+def same_layout(a: Plan, b: Plan) -> bool:
+    """Whether two plans place the same work on the same devices (their spec hashes and
+    predictions may differ: the same plan under new quotas is the same job)."""
+    neutral = {"spec_hash": "", "hetc_version": "", "predictions": None}
+    return replace(a, **neutral) == replace(b, **neutral)  # type: ignore[arg-type]
 
 
 def kept_devices(plan: Plan, current: Plan | None) -> int:
@@ -107,6 +115,13 @@ def replan(
     started = time.perf_counter()
     result = plan_spec(spec, profiles=profiles, top=CANDIDATES)
     if not result.proposals:
+        if all(pool.max_nodes == 0 for zone in spec.zones for pool in zone.pools):
+            return Replanned(
+                choice=None,
+                result=None,
+                diagnosis="no pool has a whole node's devices now",
+                seconds=time.perf_counter() - started,
+            )
         try:
             diagnosis = diagnose(spec, profiles=profiles)
             message = f"{diagnosis.message} (would fit with: {diagnosis.change})"
@@ -133,7 +148,7 @@ def replan(
         choices.insert(0, incumbent)
     best = min(c.objective for c in choices)
     within = [c for c in choices if c.objective <= best * (1 + tolerance)]
-    chosen = max(within, key=lambda c: (c.kept, -c.objective, c.source == "current"))
+    chosen = max(within, key=lambda c: (c.kept, c.source == "current", -c.objective))
     return Replanned(
         choice=chosen, result=result, diagnosis=None, seconds=time.perf_counter() - started
     )

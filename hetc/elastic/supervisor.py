@@ -56,7 +56,7 @@ from hetc.elastic.generations import (
     run_dir,
     write_json,
 )
-from hetc.elastic.replan import DEFAULT_TOLERANCE, Replanned, replan
+from hetc.elastic.replan import DEFAULT_TOLERANCE, Replanned, replan, same_layout
 from hetc.emit.compile import CompiledOutput, compile_given, compile_output
 from hetc.emit.output import write_output
 from hetc.local_launch import LocalJob
@@ -231,7 +231,7 @@ class Supervisor:
             )
             return False
         choice = chosen.choice
-        if self.current is not None and plan_hash(choice.plan) == plan_hash(self.current.plan):
+        if self.current is not None and same_layout(choice.plan, self.current.plan):
             self.say(f"{reason}: the running plan is still the choice; it keeps running")
             return True
         started = time.perf_counter()
