@@ -34,11 +34,12 @@ import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.simulate import read_spec_profiles
 from hetc.elastic.availability import (
     AvailabilityError,
@@ -179,28 +180,6 @@ class Supervisor:
 
     # -- generations --------------------------------------------------------------------------
 
-    def _compile(self, spec: Spec, chosen: Replanned) -> CompiledOutput:
-        choice = chosen.choice
-        assert choice is not None and chosen.result is not None
-        if choice.proposal is not None:
-            others = tuple(p for p in chosen.result.proposals if p is not choice.proposal)
-            result = replace(chosen.result, proposals=(choice.proposal, *others))
-            return compile_output(
-                spec,
-                result,
-                spec_file_name=self.spec_path.name,
-                spec_dir=str(self.spec_path.parent),
-            )
-        assert choice.given is not None
-        return compile_given(
-            spec,
-            choice.given,
-            self.profiles,
-            spec_file_name=self.spec_path.name,
-            plan_file_name="plan.json (the running generation's)",
-            spec_dir=str(self.spec_path.parent),
-        )
-
     def reconfigure(self, reason: str, detected: float) -> bool:
         """Re-plan for `reason`; compile and launch the next generation unless the running
         plan stays the choice. Returns False when nothing fits (the job is then stopped)."""
@@ -235,7 +214,7 @@ class Supervisor:
             self.say(f"{reason}: the running plan is still the choice; it keeps running")
             return True
         started = time.perf_counter()
-        compiled = self._compile(spec, chosen)
+        compiled = compile_choice(spec, chosen, self.profiles, self.spec_path)
         number = self.number + 1
         written = write_output(
             generation_target(self.out, number),
@@ -432,6 +411,29 @@ class Supervisor:
                     self.say(f"{what}; not restarting (a restart would fail the same way)")
                     return 1
                 pending, detected = what, self.ended_detected
+
+
+def compile_choice(
+    spec: Spec, chosen: Replanned, profiles: Sequence[LayerProfile], spec_path: Path
+) -> CompiledOutput:
+    """The compiled files of the chosen plan: a planner's proposal with its report, or the
+    running plan (checked under the new quotas) as `hetc compile --plan` would compile it."""
+    choice = chosen.choice
+    assert choice is not None and chosen.result is not None
+    spec_dir = str(spec_path.parent)
+    if choice.proposal is not None:
+        others = tuple(p for p in chosen.result.proposals if p is not choice.proposal)
+        result = replace(chosen.result, proposals=(choice.proposal, *others))
+        return compile_output(spec, result, spec_file_name=spec_path.name, spec_dir=spec_dir)
+    assert choice.given is not None
+    return compile_given(
+        spec,
+        choice.given,
+        profiles,
+        spec_file_name=spec_path.name,
+        plan_file_name="plan.json (the running generation's)",
+        spec_dir=spec_dir,
+    )
 
 
 def _plan_summary(plan: Plan) -> dict[str, Any]:
