@@ -58,6 +58,7 @@ from hetc.elastic.generations import (
     write_json,
 )
 from hetc.elastic.replan import DEFAULT_TOLERANCE, Replanned, replan, same_layout
+from hetc.elastic.slurm import SlurmJob, slurm_quotas, slurm_site
 from hetc.emit.compile import CompiledOutput, compile_given, compile_output
 from hetc.emit.output import write_output
 from hetc.local_launch import LocalJob
@@ -72,6 +73,8 @@ POLL_SECONDS = 0.2
 SETTLE_SECONDS = 45.0
 """After one node of a generation ends on its own, how long the others get to notice (their
 heartbeat, default 30 s) and stop by themselves before they are stopped."""
+SLURM_POLL = 2.0
+"""Seconds between two readings of Slurm's node states."""
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -87,7 +90,7 @@ class _Generation:
     number: int
     record: dict[str, Any]
     plan: Plan
-    job: LocalJob
+    job: LocalJob | SlurmJob
     metrics_offset: int = 0
 
 
@@ -98,6 +101,9 @@ class _Watch:
     text: bytes | None = None
     quotas: dict[str, int] = field(default_factory=dict)
     lost: Counter[str] = field(default_factory=Counter)
+    slurm: dict[str, int] = field(default_factory=dict)
+    """Each Slurm pool's quota by its partition's usable nodes (`hetc.elastic.slurm`)."""
+    slurm_read: float = 0.0
 
 
 class Supervisor:
@@ -112,6 +118,7 @@ class Supervisor:
         self.last_plan: Plan | None = None
         self.stopping: int | None = None
         self.profiles = read_spec_profiles(spec, str(spec_path.parent), spec_file=str(spec_path))
+        self.site = slurm_site(spec)
         self.number = 0
         self.ended_detected = 0.0
         """When the supervisor saw the last generation's first node end."""
@@ -122,9 +129,10 @@ class Supervisor:
         self.echo(f"hetc run: {message}", err=True)
 
     def quotas(self) -> dict[str, int]:
-        """The quotas to plan with now: the availability file's (else the spec's), less the
-        devices of lost nodes."""
+        """The quotas to plan with now: the availability file's (else the spec's), capped by
+        Slurm's usable nodes on a Slurm site, less the devices of lost nodes."""
         base = {**spec_quotas(self.spec), **self.watch.quotas}
+        base = {k: min(n, self.watch.slurm.get(k, n)) for k, n in base.items()}
         return {label: max(0, n - self.watch.lost[label]) for label, n in base.items()}
 
     def _resume_previous(self) -> None:
@@ -177,6 +185,23 @@ class Supervisor:
         after = self.quotas()
         changed = [f"{k} {before[k]} -> {after[k]}" for k in after if after[k] != before[k]]
         return f"availability: {', '.join(changed)}" if changed else None
+
+    def slurm_change(self) -> str | None:
+        """On a Slurm site, re-read the partitions' node states every SLURM_POLL seconds; a
+        description of the quota change, or None. A pool whose usable nodes grow is back:
+        its lost-node reduction is cleared."""
+        if self.site is None or time.monotonic() - self.watch.slurm_read < SLURM_POLL:
+            return None
+        self.watch.slurm_read = time.monotonic()
+        before = self.quotas()
+        found = slurm_quotas(self.spec)
+        for label, n in found.items():
+            if n > self.watch.slurm.get(label, n):
+                self.watch.lost.pop(label, None)
+        self.watch.slurm = found
+        after = self.quotas()
+        changed = [f"{k} {before[k]} -> {after[k]}" for k in after if after[k] != before[k]]
+        return f"slurm node states: {', '.join(changed)}" if changed else None
 
     # -- generations --------------------------------------------------------------------------
 
@@ -248,13 +273,15 @@ class Supervisor:
         )
         record["launched_at"] = time.time()
         offset = _size(self.run_dir / "metrics" / "rank-00000.jsonl")
-        job = LocalJob(
-            written,
-            run_dir=self.run_dir,
-            echo=self.echo,
-            from_scratch=self.options.from_scratch and number == 1,
-        )
-        record["process_groups"] = {n.id: job.process_groups()[n.index] for n in job.nodes}
+        scratch = self.options.from_scratch and number == 1
+        job: LocalJob | SlurmJob
+        if self.site is not None:
+            job = SlurmJob(written, site=self.site, run_dir=self.run_dir, from_scratch=scratch)
+            record["slurm_job"] = job.job
+        else:
+            job = LocalJob(written, run_dir=self.run_dir, echo=self.echo, from_scratch=scratch)
+        groups = job.process_groups()
+        record["process_groups"] = {n.id: groups[n.index] for n in job.nodes if n.index in groups}
         self.current = _Generation(
             number=number,
             record=record,
@@ -375,6 +402,7 @@ class Supervisor:
     def run(self) -> int:
         self._resume_previous()
         self.availability_change()
+        self.slurm_change()
         previous = {sig: signal.signal(sig, self._signalled) for sig in STOP_SIGNALS}
         try:
             return self._loop()
@@ -397,7 +425,7 @@ class Supervisor:
                 pending = None
             time.sleep(POLL_SECONDS)
             self.watch_training()
-            change = self.availability_change()
+            change = self.availability_change() or self.slurm_change()
             if change is not None:
                 pending, detected = change, time.time()
                 continue
