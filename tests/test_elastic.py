@@ -30,6 +30,7 @@ from hetc.elastic.generations import (
     write_json,
 )
 from hetc.elastic.replan import devices_by_pool, kept_devices, replan, same_layout
+from hetc.elastic.slurm import parse_sinfo, slurm_quotas, slurm_site, usable
 from hetc.schema import EnvironmentProblem, check_file
 from hetc.schema.spec import Spec
 
@@ -210,3 +211,25 @@ def test_the_supervisor_does_not_import_torch() -> None:
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+SINFO = """hetc-n1|all*|mixed
+hetc-n1|cpu-a|mixed
+hetc-n2|cpu-a|idle
+hetc-n3|cpu-b|drained
+hetc-n4|cpu-b|idle*
+hetc-n5|cpu-b|allocated
+hetc-n6|cpu-b|down
+"""
+
+
+def test_slurm_node_states_cap_the_pools_quotas() -> None:
+    """Usable nodes per partition times gpus_per_node, capped by the spec's quota: cpu-a has
+    2 usable nodes (4 devices, capped at 2), cpu-b 1 (n3 drained, n4 not responding, n6
+    down), so 2 devices."""
+    spec = _spec("slurm-local-cpu.yaml")
+    assert usable("mixed") and usable("allocated") and usable("idle")
+    assert not usable("idle*") and not usable("draining") and not usable("down")
+    assert parse_sinfo(SINFO)["cpu-b"] == {"hetc-n5"}
+    assert slurm_quotas(spec, SINFO) == {"cpu-fast@rack": 2, "cpu-slow@rack": 2}
+    assert slurm_site(spec) == "ci" and slurm_site(_spec("local-cpu.yaml")) is None
