@@ -1,7 +1,8 @@
 """`hetc run SPEC -o OUT`: compile, launch, and re-plan when the devices change.
 
-The supervisor runs the job's node scripts on this host (`hetc.local_launch.LocalJob`) and
-watches two sources of change:
+The supervisor runs the job's node scripts on this host (`hetc.local_launch.LocalJob`), or
+on a Slurm site submits its sbatch script (`hetc.elastic.slurm.SlurmJob`), and watches for
+change:
 
 - a node lost: a node script killed by a signal, or ranks ending with EXIT_PEER_LOST whose
   outcome records name the lost node (`hetc.plan.outcome`). The lost node's pool is reduced
@@ -9,7 +10,8 @@ watches two sources of change:
   file that lists it clears the reduction: the file is the newer word on what the pool has);
 - the availability file (`hetc.elastic.availability`), re-read whenever it changes. A file
   with a problem is reported at its position and not applied: the running generation goes
-  on untouched.
+  on untouched;
+- on a Slurm site, the usable nodes of each pool's partition (`hetc.elastic.slurm`).
 
 On a change it re-plans under the new quotas (`hetc.elastic.replan`: warm-started from the
 running plan, preferring plans that keep its devices), compiles the next generation
