@@ -51,6 +51,7 @@ from tests.elastic_harness import (  # noqa: E402
     kill_node,
     losses,
     record,
+    training,
     wait_for,
 )
 
@@ -89,12 +90,7 @@ def cpu_run(work: Path) -> list[dict[str, Any]]:
             supervisor,
         )
         killed = kill_node(LOST, first["process_groups"][LOST], run)
-        second = wait_for(
-            "generation 2",
-            lambda: (r := record(out, 2)) and "training_at" in r and r,
-            120,
-            supervisor,
-        )
+        second = wait_for("generation 2 training", lambda: training(out, 2), 120, supervisor)
         gen1 = record(out, 1) or {}
         detected = _outcome_times(work / "out.elastic" / "generations" / "0001.outcome")
         trained = max(losses(run, first["plan"]["hash"]))
@@ -110,12 +106,7 @@ def cpu_run(work: Path) -> list[dict[str, Any]]:
         )
         written = time.time()
         availability.write_text(f"pools:\n  {POOL}: 4\n", encoding="utf-8")
-        third = wait_for(
-            "generation 3",
-            lambda: (r := record(out, 3)) and "training_at" in r and r,
-            120,
-            supervisor,
-        )
+        third = wait_for("generation 3 training", lambda: training(out, 3), 120, supervisor)
         rows.append(
             {
                 "change": "availability 2 -> 4 devices, 2 -> 4 ranks",

@@ -74,6 +74,12 @@ def record(out: Path, number: int) -> dict[str, Any] | None:
         return None
 
 
+def training(out: Path, number: int) -> dict[str, Any] | None:
+    """Generation `number`'s record once it has written its first step."""
+    found = record(out, number)
+    return found if found is not None and "training_at" in found else None
+
+
 def losses(run_dir: Path, plan_hash: str) -> dict[int, float]:
     """Plan rank 0's loss by step, from the run's metrics, for one plan."""
     found: dict[int, float] = {}

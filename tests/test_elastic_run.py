@@ -24,6 +24,7 @@ from tests.elastic_harness import (
     kill_node,
     losses,
     record,
+    training,
     wait_for,
 )
 
@@ -98,12 +99,7 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
         )
         kill_node(LOST, first["process_groups"][LOST], run)
 
-        second = wait_for(
-            "generation 2 training",
-            lambda: (r := record(out, 2)) and "training_at" in r and r,
-            120,
-            supervisor,
-        )
+        second = wait_for("generation 2 training", lambda: training(out, 2), 120, supervisor)
         assert second["reason"] == f"node lost: {LOST}"
         assert second["quotas"] == {POOL: 2}
         assert second["plan"]["nodes"] == [f"{POOL}/n0"] and second["plan"]["world_size"] == 2
@@ -123,12 +119,7 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
         assert "ended" in record(out, 2) and record(out, 2)["ended"] is None  # type: ignore[index]
 
         availability.write_text(f"pools:\n  {POOL}: 4\n", encoding="utf-8")
-        third = wait_for(
-            "generation 3 training",
-            lambda: (r := record(out, 3)) and "training_at" in r and r,
-            120,
-            supervisor,
-        )
+        third = wait_for("generation 3 training", lambda: training(out, 3), 120, supervisor)
         assert third["reason"] == f"availability: {POOL} 2 -> 4"
         assert third["plan"]["world_size"] == 4
         assert supervisor.wait(timeout=300) == 0, log.read_text()[-3000:]
@@ -158,3 +149,39 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
     )  # fmt: skip
     assert "generation 0003 (current)" in status.stdout
     assert json.loads((tmp_path / "out.elastic" / "generations" / "0003.json").read_text())
+
+
+@pytest.mark.slow
+def test_no_capacity_waits_and_a_signal_stops_with_a_checkpoint(tmp_path: Path) -> None:
+    """Every device taken away: re-planning is refused with a reason, the job stops after a
+    checkpoint and the supervisor waits; capacity back: a new generation resumes from that
+    checkpoint; SIGTERM to the supervisor: the ranks checkpoint and stop (76), exit 143."""
+    spec = cpu_spec(tmp_path, steps=5000, checkpoint_every=1000)
+    out, availability = tmp_path / "out", tmp_path / "availability.yaml"
+    run = tmp_path / "out.elastic" / "run"
+    log = tmp_path / "supervisor.log"
+    supervisor = hetc(
+        "run", spec.name, "-o", "out", "--availability", str(availability),
+        cwd=tmp_path, log=log,
+    )  # fmt: skip
+    try:
+        first = wait_for("generation 1 training", lambda: training(out, 1), 60, supervisor)
+        wait_for("some steps", lambda: max(losses(run, first["plan"]["hash"])) > 10, 60)
+        availability.write_text(f"pools:\n  {POOL}: 0\n", encoding="utf-8")
+        refused = wait_for("the refusal", lambda: record(out, 2), 60, supervisor)
+        assert refused["refused"] == "no pool has a whole node's devices now"
+        assert "re-planning refused for availability: local-cpu@localhost 4 -> 0" in log.read_text()
+        saved = [p.name for p in (run / "ckpt").glob("step-*")]
+        assert len(saved) == 1 and saved[0] != "step-0" and supervisor.poll() is None
+        availability.write_text(f"pools:\n  {POOL}: 2\n", encoding="utf-8")
+        third = wait_for("generation 3 training", lambda: training(out, 3), 60, supervisor)
+        assert f"step-{third['resumed']}" == saved[0]
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    assert record(out, 3)["ended"] == "stopped by SIGTERM (checkpoint first)"  # type: ignore[index]
+    ends = [json.loads(p.read_text()) for p in (run / "outcome").glob("*.json")]
+    assert len(ends) == 2 and {e["code"] for e in ends} == {76}
+    assert all(e["checkpoint_saved"] for e in ends)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster import cluster_is_up, ensure_cluster, stop_cluster
 
-from tests.elastic_harness import ROOT, environment, losses, record, wait_for
+from tests.elastic_harness import ROOT, environment, losses, record, training, wait_for
 
 VENV_BIN = Path(sys.executable).parent
 DOWN = "hetc-n3"
@@ -81,12 +81,7 @@ def test_a_node_set_down_replans_on_the_nodes_left(
         )
         _scontrol(slurm_env, "update", f"nodename={DOWN}", "state=down", "reason=hetc-test")
         _scontrol(slurm_env, "update", f"nodename={DOWN}", "state=drain", "reason=hetc-test")
-        second = wait_for(
-            "generation 2 training",
-            lambda: (r := record(out, 2)) and "training_at" in r and r,
-            180,
-            supervisor,
-        )
+        second = wait_for("generation 2 training", lambda: training(out, 2), 180, supervisor)
         assert supervisor.wait(timeout=300) == 0, log.read_text()[-3000:]
     finally:
         _scontrol(slurm_env, "update", f"nodename={DOWN}", "state=resume")
