@@ -78,7 +78,11 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
     """A node's ranks killed mid-run: the supervisor re-plans on the other node and resumes;
     bad availability files leave that generation running; raising the quota grows the job
     back; every generation's losses equal an uninterrupted run of its plan from the same
-    checkpoint, and no sample is lost or repeated."""
+    checkpoint, and no sample is lost or repeated. Sample ids are counted from the steps the
+    metrics record, through `hetc.runtime.data.pipeline_samples` (which samples a step takes
+    depends on the step and the plan's batch shares alone, pinned by test_runtime_data), not
+    from a new per-step record. Mutation checked: every generation started from scratch
+    fails here."""
     spec = cpu_spec(tmp_path, steps=STEPS, checkpoint_every=EVERY)
     out, availability = tmp_path / "out", tmp_path / "availability.yaml"
     run = tmp_path / "out.elastic" / "run"
@@ -100,6 +104,7 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
         kill_node(LOST, first["process_groups"][LOST], run)
 
         second = wait_for("generation 2 training", lambda: training(out, 2), 120, supervisor)
+        assert EVERY <= second["resumed"] < max(losses(run, hash1)) + 1
         assert second["reason"] == f"node lost: {LOST}"
         assert second["quotas"] == {POOL: 2}
         assert second["plan"]["nodes"] == [f"{POOL}/n0"] and second["plan"]["world_size"] == 2
@@ -140,6 +145,8 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
         steps = range(generation["resumed"], end)
         assert set(steps) <= set(got) and set(steps) <= set(expected)
         assert [got[s] for s in steps] == [expected[s] for s in steps]
+    trained_first = losses(run, generations[0]["plan"]["hash"])  # type: ignore[index]
+    assert set(range(ends[0])) <= set(trained_first)
     seen = _samples(generations, ends)  # type: ignore[arg-type]
     assert sorted(seen) == list(range(STEPS * GLOBAL_BATCH))
     assert set(seen.values()) == {1}
