@@ -162,7 +162,8 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
 def test_no_capacity_waits_and_a_signal_stops_with_a_checkpoint(tmp_path: Path) -> None:
     """Every device taken away: re-planning is refused with a reason, the job stops after a
     checkpoint and the supervisor waits; capacity back: a new generation resumes from that
-    checkpoint; SIGTERM to the supervisor: the ranks checkpoint and stop (76), exit 143."""
+    checkpoint; SIGTERM to the supervisor: the ranks checkpoint and stop (76), exit 143; `hetc
+    run` again with the same -o: a fourth generation resumes from that checkpoint."""
     spec = cpu_spec(tmp_path, steps=5000, checkpoint_every=1000)
     out, availability = tmp_path / "out", tmp_path / "availability.yaml"
     run = tmp_path / "out.elastic" / "run"
@@ -192,3 +193,12 @@ def test_no_capacity_waits_and_a_signal_stops_with_a_checkpoint(tmp_path: Path) 
     ends = [json.loads(p.read_text()) for p in (run / "outcome").glob("*.json")]
     assert len(ends) == 2 and {e["code"] for e in ends} == {76}
     assert all(e["checkpoint_saved"] for e in ends)
+    stopped_at = ends[0]["checkpoint"]["step"]
+
+    again = hetc("run", spec.name, "-o", "out", cwd=tmp_path, log=tmp_path / "again.log")
+    try:
+        fourth = wait_for("generation 4 training", lambda: training(out, 4), 60, again)
+        assert fourth["reason"] == "hetc run restarted" and fourth["resumed"] == stopped_at
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.wait(timeout=120)
