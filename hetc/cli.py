@@ -384,6 +384,61 @@ def launch(
         raise typer.Exit(code)
 
 
+@app.command("run")
+@_guarded
+def run_command(
+    spec: Annotated[Path | None, typer.Argument(help="The spec to run.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Output: a link to the current generation."),
+    ] = None,
+    availability: Annotated[
+        Path | None,
+        typer.Option(
+            "--availability", help="A YAML file of the devices each pool has now, watched."
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float,
+        typer.Option(
+            "--tolerance",
+            min=0.0,
+            help="Keep the running devices if the plan doing so is within this fraction of"
+            " the best objective (0.05: 5%).",
+        ),
+    ] = 0.05,
+    from_scratch: Annotated[
+        bool, typer.Option("--from-scratch", help="The first generation starts at step 0.")
+    ] = False,
+    status: Annotated[
+        Path | None,
+        typer.Option("--status", help="Show the generations of a `hetc run -o OUT` and exit."),
+    ] = None,
+) -> None:
+    """Compile, launch on this host and supervise: re-plan, recompile and resume when a node
+    is lost or the availability file changes (docs/elastic.md)."""
+    if status is not None:
+        from hetc.elastic.generations import status_lines
+
+        for line in status_lines(status):
+            typer.echo(line)
+        return
+    if spec is None or output is None:
+        typer.echo("hetc: run needs SPEC and -o OUT (or --status OUT)", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    from hetc.elastic.supervisor import RunOptions, run_supervisor
+
+    code = run_supervisor(
+        _checked_spec(spec),
+        spec,
+        output,
+        RunOptions(availability=availability, tolerance=tolerance, from_scratch=from_scratch),
+        typer.echo,
+    )
+    if code:
+        raise typer.Exit(code)
+
+
 @app.command()
 @_guarded
 def calibrate(

@@ -516,3 +516,57 @@ def run_launch(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+class LocalJob:
+    """The node scripts of one compiled output running in the background on this host, for a
+    supervisor (`hetc run`) that watches other things while they run. Unlike `run_launch` it
+    neither waits nor handles signals: the caller polls `exits` and calls `stop`."""
+
+    def __init__(
+        self, out_dir: Path, *, run_dir: Path, echo: Echo, from_scratch: bool = False
+    ) -> None:
+        """Start every node of `out_dir` (checked as `node_scripts` does: raises
+        InvalidOutput), resuming unless `from_scratch`; raises EnvironmentProblem like
+        `run_launch`."""
+        pinned = out_dir.resolve()
+        self.nodes = node_scripts(pinned)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env = launch_environment(pinned, run_dir, dict(os.environ))
+        self.launch = _Launch(
+            env=env,
+            args=("--from-scratch",) if from_scratch else (),
+            grace=stop_grace(env),
+            terminal=_Terminal(echo),
+        )
+        _start(self.nodes, self.launch)
+
+    def exits(self) -> dict[int, int]:
+        """Exit status by node index of the nodes that have exited so far (negative: killed
+        by that signal)."""
+        return {
+            r.node.index: r.process.returncode
+            for r in self.launch.runs
+            if r.exited.is_set() and r.process.returncode is not None
+        }
+
+    def process_groups(self) -> dict[int, int]:
+        """Each node script's process group (its pid: each runs in a session of its own)."""
+        return {r.node.index: r.process.pid for r in self.launch.runs}
+
+    def running(self) -> bool:
+        return any(not r.exited.is_set() for r in self.launch.runs)
+
+    def wait(self, seconds: float) -> bool:
+        """Wait up to `seconds` for every node to exit; whether they all have."""
+        deadline = time.monotonic() + seconds
+        for run in self.launch.runs:
+            if not run.exited.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def stop(self) -> None:
+        """SIGTERM every node (the ranks checkpoint and stop, exit 76), SIGKILL after the
+        grace period; returns once every node has exited and its output is copied."""
+        self.launch.stop()
+        _drain(self.launch.runs)
