@@ -60,7 +60,8 @@ TAIL_LINES = 20
 STOP_SLACK = 5.0
 """Seconds between SIGTERM and SIGKILL beyond torchrun's own wait (HETC_TERM_GRACE +
 SHUTDOWN_MARGIN): torchrun starts its workers in sessions of their own, out of reach of a signal
-to its group, and killing it before it has killed them could leave workers behind."""
+to its group, and killing it before it has killed them leaves workers behind until their
+heartbeat sees their agent gone (hetc.runtime.heartbeat), without a checkpoint."""
 DRAIN_SECONDS = 5.0
 """How long to wait for the rest of a node's output once it has exited: a worker that outlived
 its torchrun may hold the pipe open for ever."""

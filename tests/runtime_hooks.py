@@ -11,6 +11,8 @@ the tests' reports measure how long the survivors took to notice.
 - `kill-rank-1-step-2`, `stop-rank-1-step-2`: SIGKILL or SIGSTOP at the start of step 2;
   `kill-rank-0-step-2` kills plan rank 0, which hosts the c10d store where no torchrun
   agent does.
+- `orphan-rank-1-step-2`: at the start of step 2, plan rank 1 SIGKILLs its parent (the
+  stand-in for torchrun's agent) and trains on.
 - `usr1-in-startup-rank-1`, `term-in-startup-rank-1`: the signal while start-up runs (before
   the process group is joined).
 - `usr1-in-loading`: SIGUSR1 on every rank just before the checkpoint is read.
@@ -112,6 +114,8 @@ def apply(name: str) -> None:
         _at_step(1, 2, _signal_self(signal.SIGKILL))
     elif name == "kill-rank-0-step-2":
         _at_step(0, 2, _signal_self(signal.SIGKILL))
+    elif name == "orphan-rank-1-step-2":
+        _at_step(1, 2, lambda: os.kill(os.getppid(), signal.SIGKILL))
     elif name == "stop-rank-1-step-2":
         _at_step(1, 2, _signal_self(signal.SIGSTOP))
     elif name == "usr1-in-startup-rank-1":

@@ -31,9 +31,19 @@ HEARTBEAT = 5.0
 LOST = "plan rank 1 (node 'cpu@z/n1', local rank 0)"
 
 
-def _lose_rank(tmp_path: Path, hook: str, lost: int = 1) -> tuple[list[Outcome], Path]:
-    """Train with `hook` making plan rank `lost` die or freeze at step 2; the survivors'
-    outcomes and the run directory. The lost rank is killed afterwards."""
+AGENT = (
+    "import os, subprocess, sys; os.environ['TORCHELASTIC_RUN_ID'] = 'agents';"
+    " sys.exit(subprocess.call(sys.argv[1:]))"
+)
+"""Starts a rank as its child, as torchrun's agent does (and says so, as torchrun does)."""
+
+
+def _lose_rank(
+    tmp_path: Path, hook: str, lost: int = 1, *, agent: bool = False
+) -> tuple[list[Outcome], Path]:
+    """Train with `hook` making plan rank `lost` die or freeze at step 2 (each rank under a
+    stand-in agent with `agent`); the survivors' outcomes and the run directory. The lost rank
+    is killed afterwards."""
     spec = oracle_spec(batch=NEIGHBOURS.global_batch_size)
     out, run = tmp_path / "out", tmp_path / "run"
     out.mkdir()
@@ -44,6 +54,8 @@ def _lose_rank(tmp_path: Path, hook: str, lost: int = 1) -> tuple[list[Outcome],
     seal(out)
     command = [sys.executable, str(HERE / "runtime_hooks.py"), hook]
     command += ["--heartbeat-timeout", str(HEARTBEAT), "--steps", "5"]
+    if agent:
+        command = [sys.executable, "-c", AGENT, *command]
     ranks = ranks_in_plan_order(topology, command=command)
     processes = start_ranks(ranks, out, run, timeout=300)
     try:
@@ -105,3 +117,19 @@ def test_the_rank_that_hosts_the_store_is_named_when_killed(tmp_path: Path) -> N
         assert "plan rank 0 (node 'cpu@z/n0', local rank 0)" in lines[0], lines[0]
         record = read_outcome(outcome_path(run, outcome.rank.torch_rank))
         assert record.lost is not None and (record.lost.rank, record.lost.node) == (0, "cpu@z/n0")
+
+
+def test_a_rank_whose_agent_is_gone_stops_and_its_node_is_named(tmp_path: Path) -> None:
+    """torchrun's agent killed outright leaves its workers (in sessions of their own) running:
+    the orphan notices its parent changed, stops with exit 75 naming its own node, and every
+    survivor reports that rank lost. Checked to fail without the parent check (the orphan
+    trains to the end, exit 0)."""
+    survivors, run = _lose_rank(tmp_path, "orphan-rank-1-step-2", agent=True)
+    orphan = read_outcome(outcome_path(run, 1))
+    assert orphan.code == EXIT_PEER_LOST and "torchrun's agent on this node" in orphan.reason
+    assert orphan.lost is not None and (orphan.lost.rank, orphan.lost.node) == (1, "cpu@z/n1")
+    for outcome in survivors:
+        assert outcome.returncode == EXIT_PEER_LOST, outcome.stderr[-3000:]
+        assert "Traceback" not in outcome.stderr, outcome.stderr[-3000:]
+        record = read_outcome(outcome_path(run, outcome.rank.torch_rank))
+        assert record.lost is not None and record.lost.rank == 1, record

@@ -36,7 +36,11 @@ inside a gloo call that only a timeout would return from. So the process group's
 which the runtime checks: the heartbeat decides first.
 
 The same thread also ends a rank whose SIGTERM grace period ran out before its checkpoint was
-complete (`hetc.runtime.signals`).
+complete (`hetc.runtime.signals`), and a torchrun worker whose agent is gone (its parent
+changed): torchrun starts its workers in sessions of their own, so a node script or agent
+killed outright (SIGKILL to its process group, an OOM kill) leaves them running, training on
+with the other nodes as if nothing happened, with no one left to stop or restart them. Such a
+rank stops with exit 75 naming its own node, and its peers report that node lost.
 """
 
 from __future__ import annotations
@@ -138,6 +142,8 @@ class Heartbeat:
         """Peers that published a clean end."""
         self._store_ok = time.monotonic()
         """When the store last answered: while it does not, the thread is the judge."""
+        self.agent = os.getppid() if os.environ.get("TORCHELASTIC_RUN_ID") else None
+        """torchrun's agent (this worker's parent), watched; None when not started by one."""
 
     def _key(self, rank: int) -> str:
         return f"{self._prefix}/rank-{rank}"
@@ -231,7 +237,7 @@ class Heartbeat:
                 changed.update(dict.fromkeys(changed, now))  # this rank was frozen: no judging
                 self._store_ok = now
             last_loop = now
-            if self._grace_ran_out():
+            if self._grace_ran_out() or self._orphaned():
                 return
             try:
                 states, verdict = self._read()
@@ -280,6 +286,18 @@ class Heartbeat:
             EXIT_PREEMPTED,
             f"preempted: the grace period of {self.grace:g} s after SIGTERM ran out before a"
             " checkpoint was complete; stopped without one",
+        )
+        return True
+
+    def _orphaned(self) -> bool:
+        """The agent that started this worker is gone: end, naming this rank's node."""
+        if self.agent is None or os.getppid() == self.agent:
+            return False
+        self.ending.exit_now(
+            EXIT_PEER_LOST,
+            f"peer lost: torchrun's agent on this node (pid {self.agent}) is gone, so this node"
+            f" ({self.me.node!r}) is lost to the job; this rank stops",
+            lost=self.me.lost(),
         )
         return True
 
