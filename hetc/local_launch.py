@@ -539,6 +539,7 @@ class LocalJob:
             args=("--from-scratch",) if from_scratch else (),
             grace=stop_grace(env),
             terminal=_Terminal(echo),
+            run_dir=run_dir,
         )
         _start(self.nodes, self.launch)
 
