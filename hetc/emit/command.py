@@ -182,4 +182,12 @@ def _say_compiled(
     if launchers:
         echo("hetc: start with: " + "; ".join(f"sbatch {output}/{p}" for p in launchers), err=True)
     else:
-        echo(f"hetc: start each node with {output}/launch/node<index>.sh on that node", err=True)
+        scripts = sorted(
+            p for p in compiled.files if p.startswith("launch/node") and p.endswith(".sh")
+        )
+        named = (
+            ", ".join(f"{output}/{p}" for p in scripts)
+            if len(scripts) <= 3
+            else f"{output}/{scripts[0]} ... {output}/{scripts[-1]} ({len(scripts)} scripts)"
+        )
+        echo(f"hetc: start each node with its script, on that node: {named}", err=True)
