@@ -122,6 +122,22 @@ def test_an_entry_of_plan_json_output_and_the_whole_output_with_rank_compile_ali
     assert not (tmp_path / "x").exists()
 
 
+def test_a_plan_without_the_training_fields_gets_the_specs(
+    compiled: Path, plan: Plan, tmp_path: Path
+) -> None:
+    """A plan written before model, seq_len and precision were recorded (null) compiles, and
+    the compiled plan.json records the spec's."""
+    old = dict(plan, model=None, seq_len=None, precision=None)
+    given = tmp_path / "old.json"
+    given.write_text(json.dumps(old, indent=2))
+    out = tmp_path / "out"
+    code, _, stderr = _invoke("compile", str(LOCAL), "--plan", str(given), "-o", str(out))
+    assert code == 0, stderr
+    written = json.loads((out / "plan.json").read_text())
+    assert (written["model"], written["seq_len"], written["precision"]) == ("custom", 64, "fp32")
+    assert written == plan
+
+
 def _position(text: str, needle: str, occurrence: int = 0) -> tuple[int, int]:
     """Line and column (1-based) of the `occurrence`-th `needle` in `text`: the oracle."""
     offset = -1

@@ -65,6 +65,7 @@ def test_the_whole_plan_output_is_read_rank_by_rank(listing: Path) -> None:
     for rank, args in ((1, ()), (1, ("--rank", "1")), (2, ("--rank", "2"))):
         code, stdout, stderr = _simulate(str(LOCAL), "--plan", str(listing), "--json", *args)
         assert code == 0, stdout + stderr
+        assert f"{listing}: read as plan {rank} of the output of `hetc plan --json`" in stderr
         report = json.loads(stdout)
         predicted = plans[rank - 1]["plan"]["predictions"]
         assert report["iteration_time"] == predicted["iteration_time"]

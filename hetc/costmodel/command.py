@@ -56,6 +56,7 @@ def run_simulate_command(
             echo(diagnostic.format())
         return EXIT_INVALID
     layout = read.plan
+    echo(f"hetc: {plan_path}: read as {read.form}", err=True)
     if layout.spec_hash != spec_hash(spec):
         echo(f"hetc: warning: {plan_path} was made for another version of {spec_path}", err=True)
     try:

@@ -16,8 +16,9 @@ offending value in the file (`FILE:LINE:COL: path: message`):
 3. the capability matrix (what the runtime executes);
 4. memory: every rank fits its device, by the simulator (measured profiles included).
 
-Its predictions, spec hash and hetc version are recomputed: a plan made for another version of
-the spec is accepted when it passes, and the caller says so.
+Its predictions, spec hash and hetc version are recomputed, and the training it was made for
+(model, sequence length, precision) recorded where an older plan lacks it: a plan made for
+another version of the spec is accepted when it passes, and the caller says so.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ def check_given_plan(
         plan,
         spec_hash=spec_hash(spec),
         hetc_version=__version__,
+        model=spec.model_name,
+        seq_len=training.seq_len,
+        precision=training.precision,
         predictions=predictions_of(simulation),
     )
     return GivenPlan(
