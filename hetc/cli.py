@@ -77,6 +77,14 @@ MeasuredPointsFlag = Annotated[
         " terms may still rest on formulas.",
     ),
 ]
+RankOption = Annotated[
+    int | None,
+    typer.Option(
+        "--rank",
+        min=1,
+        help="With the whole output of `hetc plan --json` as --plan: the plan to take (1).",
+    ),
+]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -190,12 +198,21 @@ def validate(
 @_guarded
 def simulate(
     spec: Annotated[Path, typer.Argument(help="The spec the plan was made for.")],
-    plan: Annotated[Path, typer.Option("--plan", help="A plan.json to evaluate.")],
+    plan: Annotated[
+        Path,
+        typer.Option(
+            "--plan",
+            help="The plan: a plan.json, the output of `hetc plan --json` (see --rank) or one"
+            " entry of its plans.",
+        ),
+    ],
+    rank: RankOption = None,
     as_json: JsonFlag = False,
     profile: ProfileFiles = None,
     strict_profiles: StrictFlag = False,
 ) -> None:
-    """Predict a plan's iteration time, throughput, memory per rank and cost."""
+    """Predict a plan's iteration time, throughput, memory per rank and cost; a plan made for
+    another model, global batch, sequence length or precision is refused."""
     from hetc.costmodel.command import run_simulate_command
 
     code = run_simulate_command(
@@ -205,6 +222,7 @@ def simulate(
         echo=typer.echo,
         profile_files=[str(p) for p in profile or ()],
         strict_profiles=strict_profiles,
+        rank=rank,
     )
     if code:
         raise typer.Exit(code)
@@ -286,10 +304,12 @@ def compile_command(
         Path | None,
         typer.Option(
             "--plan",
-            help="Compile this plan (a plan.json, or one entry of `hetc plan --json`'s plans)"
-            " instead of searching; it is checked against the spec first.",
+            help="Compile this plan (a plan.json, the output of `hetc plan --json` (see"
+            " --rank) or one entry of its plans) instead of searching; it is checked against"
+            " the spec first.",
         ),
     ] = None,
+    rank: RankOption = None,
 ) -> None:
     """Plan the spec (or take --plan) and write plan, topology, DeepSpeed configs, launch
     scripts and report."""
@@ -304,6 +324,9 @@ def compile_command(
         "--cross-check": cross_check,
         "--measured-points": measured_points,
     }
+    if plan is None and rank is not None:
+        typer.echo("hetc: --rank chooses a plan of --plan's file; give --plan too", err=True)
+        raise typer.Exit(EXIT_USAGE)
     if plan is not None:
         given = [name for name, used in searching.items() if used]
         if given:
@@ -322,6 +345,7 @@ def compile_command(
             echo=typer.echo,
             profile_files=[str(p) for p in profile or ()],
             strict_profiles=strict_profiles,
+            rank=rank,
         )
         if code:
             raise typer.Exit(code)

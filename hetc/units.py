@@ -136,6 +136,9 @@ def parse_quantity(value: object, dimension: str) -> float:
         raise UnitError(f"expected {dim.describe()}, got {type(value).__name__}")
     if isinstance(value, str):
         if not _COMPILED[dimension].match(value):
+            unsigned = value.strip().removeprefix("-")
+            if unsigned != value.strip() and _COMPILED[dimension].match(unsigned):
+                raise UnitError(f"{value!r} must not be negative: {_bound(dim)}")
             raise UnitError(f"cannot read {value!r} as {dim.name}: use {dim.describe()}")
         split = _SPLIT.match(value)
         assert split is not None  # the pattern above guarantees the split matches
@@ -149,7 +152,14 @@ def parse_quantity(value: object, dimension: str) -> float:
             magnitude = math.inf
     if not math.isfinite(magnitude):
         raise UnitError(f"{value!r} is not a finite number: use {dim.describe()}")
-    if magnitude < 0 or (magnitude == 0 and not dim.zero_allowed):
-        bound = "zero or more" if dim.zero_allowed else "positive"
-        raise UnitError(f"{value!r} must be {bound}")
+    if magnitude < 0:
+        raise UnitError(f"{value!r} must not be negative: {_bound(dim)}")
+    if magnitude == 0 and not dim.zero_allowed:
+        raise UnitError(f"{value!r} must be positive")
     return magnitude
+
+
+def _bound(dim: Dimension) -> str:
+    """What a value of `dim` may be, after a negative one."""
+    what = "zero or more" if dim.zero_allowed else "positive"
+    return f"a {dim.name.replace('_', ' ')} is {what}, for example {dim.example!r}"

@@ -62,6 +62,25 @@ def _rows(
         yield from _rows(child, definitions, f"{prefix}.{key}" if prefix else key, key in needed)
 
 
+READING = [
+    "## Reading a file",
+    "",
+    "- A quantity is never negative: `-3 USD/h` or `-100Gbps` is an error that says it must not",
+    "  be negative (prices may be zero; sizes, bandwidths and durations must be positive).",
+    "- Each key appears once in a mapping: every key given twice is an error at the second one,",
+    "  with its path and the first one's line and column.",
+    "- A file holds one YAML document: a second one (`---`) is an error at its start.",
+    "- Names a person reads (the job `name`, zone, region, pool, device and site names) get a",
+    "  warning when they hold a bidirectional control (U+202A-U+202E, U+2066-U+2069, ...), an",
+    "  invisible character (zero-width and other format characters) or a space that is not a",
+    "  plain one: they display as other text than they are.",
+    "- A zone named like another zone's region while it lies in a region of its own (zone `r1`",
+    "  in region `r2` beside zone `r2` in region `r1`) gets a warning: a `between:` or report",
+    "  that says `r1` reads two ways.",
+]
+"""What `hetc validate` holds every file to beyond the schema's keys, as users meet it."""
+
+
 def render() -> str:
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     definitions = schema["definitions"]
@@ -81,6 +100,7 @@ def render() -> str:
     ]
     for name, definition in definitions.items():
         lines.append(f"- **{name.replace('_', ' ')}**: {definition['description']}")
+    lines += ["", *READING]
     return "\n".join(lines) + "\n"
 
 

@@ -81,12 +81,13 @@ def test_a_compiled_plan_handed_back_compiles_to_the_same_files(
     assert "planning model (what the search ranked)" not in report
 
 
-def test_an_entry_of_plan_json_output_compiles_and_a_whole_output_is_refused(
+def test_an_entry_of_plan_json_output_and_the_whole_output_with_rank_compile_alike(
     tmp_path: Path,
 ) -> None:
-    """`hetc plan --json`'s second-best plan, handed in as its entry, is compiled as it is
-    (its predictions agree with the simulator's, so plan.json is that plan); the whole output
-    is refused at its `plans` key, with what to pass instead."""
+    """`hetc plan --json`'s second-best plan, handed in as its entry or as the whole output
+    with `--rank 2`, is compiled as it is (its predictions agree with the simulator's, so
+    plan.json is that plan); a rank the output does not hold is a usage error naming the ranks
+    it does, and nothing is written."""
     listing = subprocess.run(
         [sys.executable, "-m", "hetc", "plan", str(LOCAL), "--json", "--top", "2"],
         capture_output=True,
@@ -105,14 +106,36 @@ def test_an_entry_of_plan_json_output_compiles_and_a_whole_output_is_refused(
 
     whole = tmp_path / "whole.json"
     whole.write_text(listing)
-    code, stdout, _ = _invoke(
-        "compile", str(LOCAL), "--plan", str(whole), "-o", str(tmp_path / "x")
+    second = tmp_path / "second-out"
+    code, _, stderr = _invoke(
+        "compile", str(LOCAL), "--plan", str(whole), "--rank", "2", "-o", str(second)
     )
-    assert code == 1
-    (line,) = stdout.splitlines()
-    expected = _position(listing, '"plans"')
-    assert line.startswith(f"{whole}:{expected[0]}:{expected[1]}: plans: this is the whole output")
+    assert code == 0, stderr
+    assert "read as plan 2 of the output of `hetc plan --json`" in stderr
+    assert (second / "plan.json").read_bytes() == (out / "plan.json").read_bytes()
+
+    code, stdout, stderr = _invoke(
+        "compile", str(LOCAL), "--plan", str(whole), "--rank", "3", "-o", str(tmp_path / "x")
+    )
+    assert code == 2, stdout + stderr
+    assert f"--rank 3: {whole} holds the plans ranked 1, 2" in stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_a_plan_without_the_training_fields_gets_the_specs(
+    compiled: Path, plan: Plan, tmp_path: Path
+) -> None:
+    """A plan written before model, seq_len and precision were recorded (null) compiles, and
+    the compiled plan.json records the spec's."""
+    old = dict(plan, model=None, seq_len=None, precision=None)
+    given = tmp_path / "old.json"
+    given.write_text(json.dumps(old, indent=2))
+    out = tmp_path / "out"
+    code, _, stderr = _invoke("compile", str(LOCAL), "--plan", str(given), "-o", str(out))
+    assert code == 0, stderr
+    written = json.loads((out / "plan.json").read_text())
+    assert (written["model"], written["seq_len"], written["precision"]) == ("custom", 64, "fp32")
+    assert written == plan
 
 
 def _position(text: str, needle: str, occurrence: int = 0) -> tuple[int, int]:
@@ -305,7 +328,8 @@ CASES: list[
         [
             (
                 "global_batch_size",
-                "9 samples per iteration; the spec's training.global_batch_size is 8",
+                "the plan was made for global_batch_size 9; the spec's"
+                " training.global_batch_size is 8",
                 lambda t: _value_at(t, '"global_batch_size": 9'),
             )
         ],

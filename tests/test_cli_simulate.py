@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -95,12 +96,15 @@ def test_json_report_is_consistent(tmp_path: Path) -> None:
 
 
 def test_invalid_plan_lists_its_problems(tmp_path: Path) -> None:
-    """A plan whose batch does not add up is refused with the reason, exit 1."""
+    """A plan whose batch does not add up is refused with the reason at its position, exit 1."""
     spec, plan = _files(tmp_path, global_batch_size=18)
     result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
     assert result.exit_code == 1
-    assert f"{plan}: pipelines process 16 samples per iteration; the global batch is 18" in (
-        result.stdout
+    assert re.search(
+        rf"^{re.escape(str(plan))}:\d+:\d+: pipelines: pipelines process 16 samples per"
+        " iteration; the global batch is 18",
+        result.stdout,
+        re.MULTILINE,
     )
 
 

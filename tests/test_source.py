@@ -35,11 +35,11 @@ def _only(text: str) -> str:
         ("# only a comment\n", "s.yaml:1:1: (root): the file holds no data"),
         ("- 1\n- 2\n", "s.yaml:1:1: (root): a spec is a mapping of keys"),
         ("42\n", "s.yaml:1:1: (root): a spec is a mapping of keys"),
-        ("a: 1\na: 2\n", 's.yaml:2:1: (root): found duplicate key "a"'),
+        ("a: 1\na: 2\n", "s.yaml:2:1: a: key 'a' is given twice in this mapping"),
         ("a:\n\t- 1\n", "s.yaml:2:1: (root): YAML syntax: found character '\\t'"),
         ("a: [1,\n", "s.yaml:2:1: (root): YAML syntax"),
         ("a: *nothing\n", "s.yaml:1:4: (root): YAML syntax: found undefined alias"),
-        ("a: 1\n---\nb: 2\n", "s.yaml:2:1: (root): YAML syntax"),
+        ("a: 1\n---\nb: 2\n", "s.yaml:2:1: (root): a second YAML document starts here"),
         ("a: b\x00c\n", "s.yaml:1:5: (root): control character"),
     ],
 )

@@ -49,10 +49,10 @@ def test_bare_numbers_are_si_except_tflops() -> None:
     [
         ("40GX", "size", "cannot read '40GX' as size"),
         ("GB40", "size", "cannot read"),
-        ("-3GB", "size", "cannot read"),
+        ("-3GB", "size", "'-3GB' must not be negative: a size is positive, for example '40GB'"),
         ("0GB", "size", "must be positive"),
         (0, "bandwidth", "must be positive"),
-        (-1, "price_rate", "must be zero or more"),
+        (-1, "price_rate", "-1 must not be negative: a price rate is zero or more"),
         ("1e999GB", "size", "not a finite number"),
         (10**400, "size", "not a finite number"),
         (True, "size", "got bool"),

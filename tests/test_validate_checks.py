@@ -131,7 +131,8 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     (
         "negative price",
         lambda d: _pool(d).update(price=-1),
-        "zones[0].pools[0].price: -1 must be zero or more",
+        "zones[0].pools[0].price: -1 must not be negative: a price rate is zero or more,"
+        " for example '3.67 USD/h'",
     ),
     (
         "bad unit",

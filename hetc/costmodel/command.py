@@ -7,15 +7,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hetc.costmodel.coverage import coverage_lines, plan_coverage, refusal_lines
+from hetc.costmodel.plan_file import PlanFileError, RankChoiceError, read_plan
 from hetc.costmodel.profile import ProfileError
-from hetc.costmodel.simulate import plan_spec_problems, read_spec_profiles, simulate
+from hetc.costmodel.simulate import read_spec_profiles, simulate
 from hetc.costmodel.summary import simulation_json, simulation_text
-from hetc.plan import PlanFormatError, plan_from_json
 from hetc.schema import EnvironmentProblem, check_file, spec_hash
 from hetc.schema.source import read_plain_text
 
 Echo = Callable[..., None]
-EXIT_INVALID = 1
+EXIT_INVALID, EXIT_USAGE = 1, 2
 
 
 def run_simulate_command(
@@ -26,10 +26,13 @@ def run_simulate_command(
     echo: Echo,
     profile_files: Sequence[str] = (),
     strict_profiles: bool = False,
+    rank: int | None = None,
 ) -> int:
-    """Simulate the plan and print the prediction and the terms that rest on a formula;
-    returns the exit code (0, or 1 for an invalid spec, plan or profile, or with
-    `strict_profiles` a prediction resting on a formula). A file that cannot be read raises
+    """Simulate the plan (in any form `costmodel.plan_file` reads; `rank` chooses an entry of
+    a whole `hetc plan --json` output) and print the prediction and the terms that rest on a
+    formula; returns the exit code (0; 1 for an invalid spec, plan or profile, a plan made for
+    other training than the spec's, or with `strict_profiles` a prediction resting on a
+    formula; 2 for a rank the file does not hold). A file that cannot be read raises
     EnvironmentProblem (exit 4)."""
     checked = check_file(str(spec_path))
     if checked.spec is None:
@@ -38,18 +41,22 @@ def run_simulate_command(
         return EXIT_INVALID
     spec = checked.spec
     try:
-        layout = plan_from_json(read_plain_text(str(plan_path)))
-    except PlanFormatError as exc:
-        for problem in exc.problems:
-            echo(f"{plan_path}: {problem}")
-        return EXIT_INVALID
+        text = read_plain_text(str(plan_path))
     except UnicodeDecodeError:
         raise EnvironmentProblem(f"{plan_path} is not UTF-8 text", "pass a plan.json") from None
-    mismatched = plan_spec_problems(layout, spec)
-    if mismatched:
-        for problem in mismatched:
-            echo(f"{plan_path}: {problem}")
+    try:
+        read = read_plan(text, spec, file=str(plan_path), rank=rank)
+        if read.issues:
+            raise read.at.error(read.issues)
+    except RankChoiceError as exc:
+        echo(f"hetc: {exc}", err=True)
+        return EXIT_USAGE
+    except PlanFileError as exc:
+        for diagnostic in exc.diagnostics:
+            echo(diagnostic.format())
         return EXIT_INVALID
+    layout = read.plan
+    echo(f"hetc: {plan_path}: read as {read.form}", err=True)
     if layout.spec_hash != spec_hash(spec):
         echo(f"hetc: warning: {plan_path} was made for another version of {spec_path}", err=True)
     try:

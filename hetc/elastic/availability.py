@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from hetc.schema.diagnostics import Diagnostic, did_you_mean
+from hetc.schema.diagnostics import Diagnostic, did_you_mean, dotted
 from hetc.schema.source import SyntaxProblem, parse, read_text
 from hetc.schema.spec import Spec
 
@@ -62,7 +62,7 @@ def parse_availability(text: str, spec: Spec, *, file: str) -> Availability:
         data, where = parse(text)
     except SyntaxProblem as exc:
         raise AvailabilityError(
-            [Diagnostic(file, exc.line, exc.column, "(root)", exc.message)]
+            [Diagnostic(file, p.line, p.column, dotted(p.path), p.message) for p in exc.problems]
         ) from None
     problems: list[Diagnostic] = []
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hetc.costmodel.coverage import plan_coverage, refusal_lines
+from hetc.costmodel.plan_file import RankChoiceError
 from hetc.costmodel.profile import ProfileError
 from hetc.costmodel.simulate import read_spec_profiles
 from hetc.emit.compile import CompiledOutput, compile_given, compile_output
@@ -87,12 +88,14 @@ def run_compile_plan_command(
     echo: Echo,
     profile_files: Sequence[str] = (),
     strict_profiles: bool = False,
+    rank: int | None = None,
 ) -> int:
-    """`hetc compile SPEC --plan FILE`: check the given plan against the spec
+    """`hetc compile SPEC --plan FILE [--rank N]`: check the given plan against the spec
     (`hetc.solver.given`) and compile it; returns the exit code (0 compiled, 1 a bad plan or
     profile, one positioned line per problem, or with `strict_profiles` a prediction resting on
-    a formula). Nothing is written unless every check passes. A file that cannot be read, or an
-    output that must not be replaced, raises EnvironmentProblem (exit 4)."""
+    a formula; 2 a rank the file does not hold). Nothing is written unless every check passes.
+    A file that cannot be read, or an output that must not be replaced, raises
+    EnvironmentProblem (exit 4)."""
     try:
         profiles = read_spec_profiles(
             spec,
@@ -111,7 +114,10 @@ def run_compile_plan_command(
     except UnicodeDecodeError:
         raise EnvironmentProblem(f"{plan_path} is not UTF-8 text", "pass a plan.json") from None
     try:
-        given = check_given_plan(text, spec, file=str(plan_path), profiles=profiles)
+        given = check_given_plan(text, spec, file=str(plan_path), profiles=profiles, rank=rank)
+    except RankChoiceError as exc:
+        echo(f"hetc: {exc}", err=True)
+        return 2
     except GivenPlanError as exc:
         for diagnostic in exc.diagnostics:
             echo(diagnostic.format())
@@ -176,4 +182,12 @@ def _say_compiled(
     if launchers:
         echo("hetc: start with: " + "; ".join(f"sbatch {output}/{p}" for p in launchers), err=True)
     else:
-        echo(f"hetc: start each node with {output}/launch/node<index>.sh on that node", err=True)
+        scripts = sorted(
+            p for p in compiled.files if p.startswith("launch/node") and p.endswith(".sh")
+        )
+        named = (
+            ", ".join(f"{output}/{p}" for p in scripts)
+            if len(scripts) <= 3
+            else f"{output}/{scripts[0]} ... {output}/{scripts[-1]} ({len(scripts)} scripts)"
+        )
+        echo(f"hetc: start each node with its script, on that node: {named}", err=True)

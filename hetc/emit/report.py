@@ -8,9 +8,9 @@ rank keys too) is escaped: XML escaping by jinja2's autoescape for the SVG, `mar
 for the report, so that a name like ``a|b`` cannot split a table cell nor ``<x>`` open a tag.
 
 The report's numbers are the event simulator's (the plan's predictions), with the closed form
-and the planning model's estimate beside them; the ranking of alternatives is the planning
-model's, because that is what the search optimises (the report gives the simulated comparison
-next to it, as they can disagree).
+and the planning model's estimate beside them; alternatives are ranked and compared by the
+simulator's objective, as `hetc plan` ranks and prints them, with the planning model's
+comparison (what the search optimises) beside it, as the two can disagree.
 """
 
 from __future__ import annotations
@@ -550,8 +550,8 @@ def _alternative_rows(spec: Spec, proposals: Sequence[Proposal]) -> list[list[st
             _device_mix(p.plan),
             _g(p.simulation.iteration_time),
             _g(p.simulation.cost.total),
-            relative_loss(p.candidate.value, best.candidate.value),
             relative_loss(_simulated_value(spec, p.simulation), best_simulated),
+            relative_loss(p.candidate.value, best.candidate.value),
         ]
         for k, p in enumerate(proposals[1:], start=2)
     ]

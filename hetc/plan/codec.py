@@ -70,6 +70,9 @@ def plan_of(data: dict[str, Any]) -> Plan:
         model_blocks=data["model_blocks"],
         global_batch_size=data["global_batch_size"],
         microbatch_size=data["microbatch_size"],
+        model=data.get("model"),
+        seq_len=data.get("seq_len"),
+        precision=data.get("precision"),
         nodes=tuple(Node(**n) for n in data["nodes"]),
         stages=tuple(
             Stage(

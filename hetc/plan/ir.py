@@ -106,6 +106,12 @@ class Plan:
     """Transformer blocks in the model; the stages cover [0, model_blocks)."""
     global_batch_size: int
     microbatch_size: int
+    model: str | None = None
+    """The spec's model (preset or `name`) the plan was made for; with `seq_len` and
+    `precision`, what a simulation or compilation of the plan must agree with (None in plans
+    written before these were recorded, and in hand-built plans)."""
+    seq_len: int | None = None
+    precision: str | None = None
     nodes: tuple[Node, ...]
     stages: tuple[Stage, ...]
     pipelines: tuple[Pipeline, ...]

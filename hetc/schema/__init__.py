@@ -59,7 +59,10 @@ def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> Chec
     try:
         data, positions = parse(text)
     except SyntaxProblem as exc:
-        return _unreadable(filename, exc.line, exc.column, exc.message)
+        diagnostics = tuple(
+            Diagnostic(filename, p.line, p.column, dotted(p.path), p.message) for p in exc.problems
+        )
+        return CheckResult(filename, diagnostics, None)
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
         return _unreadable(

@@ -13,6 +13,7 @@ from typing import Any
 
 from hetc import catalog
 from hetc.schema.diagnostics import Finding, Path, did_you_mean
+from hetc.schema.names import name_findings
 from hetc.schema.structure import conforms, iter_quantities, schema_default
 from hetc.units import UnitError, parse_quantity
 
@@ -44,6 +45,7 @@ def semantic_findings(data: Any, spec_dir: str = ".") -> list[Finding]:
         found.extend(check(data))
     found.extend(_profiles(data, spec_dir))
     found.extend(_data_file(data, spec_dir))
+    found.extend(name_findings(data))
     return found
 
 

@@ -10,7 +10,7 @@ turns a recursive alias into null, which the schema then reports where it stands
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,13 +26,35 @@ MAX_DEPTH = 64
 
 
 class SyntaxProblem(Exception):
-    """The file is not a YAML document hetc can read; carries one positioned message."""
+    """The file is not a YAML document hetc can read; carries one positioned message, and the
+    document path it concerns where there is one (a duplicated key's)."""
 
-    def __init__(self, line: int, column: int, message: str) -> None:
+    def __init__(self, line: int, column: int, message: str, path: Path = ()) -> None:
         super().__init__(message)
         self.line = line
         self.column = column
         self.message = message
+        self.path = path
+
+    @property
+    def problems(self) -> tuple[SyntaxProblem, ...]:
+        """Every problem this one stands for, each to be reported where it stands."""
+        return (self,)
+
+
+class SyntaxProblems(SyntaxProblem):
+    """Several positioned problems found at once (every duplicated key of a file), so that
+    each is reported where it stands rather than only the first; a caller that reads one
+    SyntaxProblem sees the first."""
+
+    def __init__(self, problems: Sequence[SyntaxProblem]) -> None:
+        first = problems[0]
+        super().__init__(first.line, first.column, first.message, first.path)
+        self._all = tuple(problems)
+
+    @property
+    def problems(self) -> tuple[SyntaxProblem, ...]:
+        return self._all
 
 
 @dataclass
@@ -135,6 +157,17 @@ def parse(text: str) -> tuple[Any, SourceMap]:
         mark = exc.problem_mark or exc.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
         problem = str(exc.problem or exc.context or "invalid YAML")
+        if problem.startswith("found duplicate key"):
+            duplicates = _duplicate_keys(text)
+            if duplicates:
+                raise SyntaxProblems(duplicates) from None
+        if problem == "but found another document":
+            raise SyntaxProblem(
+                line,
+                column,
+                "a second YAML document starts here: a spec file holds one document (delete"
+                " this `---` and what follows, or put each spec in its own file)",
+            ) from None
         raise SyntaxProblem(line, column, _explain(problem)) from None
     except YAMLError as exc:
         raise SyntaxProblem(1, 1, f"invalid YAML: {exc}") from None
@@ -190,6 +223,51 @@ def _explain(problem: str) -> str:
     if problem.startswith("found duplicate key"):
         return f"{problem}: each key may appear once in a mapping"
     return f"YAML syntax: {problem}"
+
+
+def _duplicate_keys(text: str) -> list[SyntaxProblem]:
+    """Every key given twice in a mapping of `text`, each at its own position and path (the
+    loader stops at the first); [] if the text cannot be composed (the loader's message is
+    then the one to give)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    try:
+        root = YAML(typ="rt").compose(text)
+    except (YAMLError, RecursionError):
+        return []
+    found: list[SyntaxProblem] = []
+    pending: list[tuple[Any, Path]] = [(root, ())]
+    seen: set[int] = set()
+    while pending:
+        node, path = pending.pop()
+        if id(node) in seen:  # an alias repeats a node: report its keys once
+            continue
+        seen.add(id(node))
+        if isinstance(node, SequenceNode):
+            pending += [(item, (*path, i)) for i, item in enumerate(node.value)]
+        elif isinstance(node, MappingNode):
+            first: dict[str, tuple[int, int]] = {}
+            for key, value in node.value:
+                name = key.value if isinstance(key, ScalarNode) else None
+                if name is None or name == "<<":
+                    continue
+                where = (key.start_mark.line + 1, key.start_mark.column + 1)
+                if name in first:
+                    line, column = first[name]
+                    found.append(
+                        SyntaxProblem(
+                            *where,
+                            f"key {name!r} is given twice in this mapping (first at line"
+                            f" {line}, column {column}): each key may appear once",
+                            (*path, name),
+                        )
+                    )
+                else:
+                    first[name] = where
+                pending.append((value, (*path, name)))
+    return sorted(found, key=lambda p: (p.line, p.column))
 
 
 class _Copier:

@@ -364,14 +364,15 @@ class Explanation:
 
 
 def explain_unused(result: PlanningResult, spec: Spec, **kwargs: Any) -> list[Explanation]:
-    """For each pool the best plan leaves unused: the best plan that uses it and by how much
-    it loses on the spec's objective (or why no such plan exists)."""
+    """For each pool the best plan leaves unused: the best plan that uses it and how it
+    compares with plan 1 on the spec's objective, by the simulator (the number `hetc plan`
+    ranks and prints by), or why no such plan exists."""
     if not result.proposals:
         return []
-    best = result.proposals[0].candidate
-    model = result.model
+    chosen = result.proposals[0]
+    best = simulated_objective(spec, chosen.simulation)
     out = []
-    for slot, nodes in zip(model.pools, best.estimate.nodes, strict=True):
+    for slot, nodes in zip(result.model.pools, chosen.candidate.estimate.nodes, strict=True):
         if nodes:
             continue
         options = {**kwargs, "approximations": result.approximations}
@@ -386,16 +387,46 @@ def explain_unused(result: PlanningResult, spec: Spec, **kwargs: Any) -> list[Ex
             )
             continue
         other = forced.proposals[0]
-        value = other.candidate.value
-        if spec.objective == "max_throughput":
-            loss = (
-                f"the best plan using it does {1 / value:.4g} iterations/s,"
-                f" {100 * (1 - best.value / value):.1f}% less than {1 / best.value:.4g}"
-            )
-        else:
-            loss = (
-                f"the cheapest plan using it costs {value:.4g} USD/iteration,"
-                f" {100 * (value / best.value - 1):.1f}% more than {best.value:.4g}"
-            )
-        out.append(Explanation(pool=slot.label, best_with=other, loss=loss))
+        value = simulated_objective(spec, other.simulation)
+        out.append(
+            Explanation(pool=slot.label, best_with=other, loss=_comparison(spec, value, best))
+        )
     return out
+
+
+def _comparison(spec: Spec, value: float, best: float) -> str:
+    """How the best plan using a pool (`value`) compares with plan 1 (`best`), both the
+    simulator's objective, lower is better: a tie said as one, not as a loss of 0.0%."""
+    throughput = spec.objective == "max_throughput"
+    if throughput:
+        head = f"the best plan using it does {1 / value:.4g} iterations/s"
+        plan1 = f"plan 1's {1 / best:.4g}"
+    else:
+        head = f"the cheapest plan using it costs {value:.4g} USD/iteration"
+        plan1 = f"plan 1's {best:.4g}"
+    if value == best:
+        return (
+            f"{head}, the same as plan 1 by the simulator: it loses only on a tie-break"
+            " (of equal plans, one is chosen)"
+        )
+    if throughput:
+        change = 1 - best / value
+        word = "less" if change > 0 else "more"
+    else:
+        change = value / best - 1 if best else math.inf
+        word = "more" if change > 0 else "less"
+    text = f"{head}, {_percent(abs(change))} {word} than {plan1}"
+    if value < best:
+        text += (
+            " by the simulator; the search ranks by its planning estimate, which put this plan"
+            " below plan 1"
+        )
+    return text
+
+
+def _percent(fraction: float) -> str:
+    """A percentage that does not round a real difference to 0.0%."""
+    if math.isinf(fraction):
+        return "infinitely"
+    percent = 100 * fraction
+    return f"{percent:.1f}%" if percent >= 0.05 else f"{percent:.2g}%"

@@ -43,6 +43,7 @@ __all__ = [
     "cross_check",
     "plan_table",
     "planned_or_diagnosed",
+    "ranked_by",
     "relative_loss",
     "run_plan_command",
 ]
@@ -91,6 +92,28 @@ def relative_loss(value: float, best: float) -> str:
     if best == 0:
         return "0.0%" if value == 0 else "infinitely (plan 1 is free)"
     return f"{100 * (value / best - 1):.1f}%"
+
+
+def ranked_by(spec: Spec) -> str:
+    """The number `hetc plan` ranks its plans by, in words: the simulator's, for the
+    objective (the planning estimate is only what the search scored)."""
+    if spec.objective == "min_cost":
+        return "the simulated cost per iteration"
+    return "the simulated iteration time"
+
+
+def _alternatives_line(spec: Spec, proposals: Sequence[Proposal]) -> str:
+    """How each alternative compares with plan 1, by the number the plans are ranked by."""
+    best = simulated_objective(spec, proposals[0].simulation)
+    parts = []
+    for i, p in enumerate(proposals[1:], start=2):
+        value = simulated_objective(spec, p.simulation)
+        parts.append(
+            f"plan {i} ties with plan 1"
+            if value == best
+            else f"plan {i} by {relative_loss(value, best)}"
+        )
+    return f"alternatives lose, by {ranked_by(spec)}: " + "; ".join(parts)
 
 
 def plan_table(
@@ -355,7 +378,9 @@ def run_plan_command(
     used = ", ".join(sorted(result.approximations)) or "none"
     header = (
         f"objective {spec.objective}; searched {search.evaluations:,} candidates in"
-        f" {search.seconds:.2f} s; approximations: {used}"
+        f" {search.seconds:.2f} s; approximations: {used}\n"
+        f"plans ranked by {ranked_by(spec)} (the event simulator's, as printed; the planner"
+        " estimate is what the search scored)"
     )
     if not search.complete:
         echo(
@@ -365,16 +390,11 @@ def run_plan_command(
     profiles = result.model.profiles
     blocks += [plan_table(p, i + 1, spec, profiles) for i, p in enumerate(result.proposals)]
     if len(result.proposals) > 1:
-        best = simulated_objective(spec, result.proposals[0].simulation)
-        blocks.append(
-            "alternatives lose: "
-            + "; ".join(
-                f"plan {i + 1} by {relative_loss(simulated_objective(spec, p.simulation), best)}"
-                for i, p in enumerate(result.proposals[1:], start=1)
-            )
-        )
+        blocks.append(_alternatives_line(spec, result.proposals))
     for x in explanations:
         blocks.append(f"why not {x.pool}? {x.loss}")
+    if explain and not explanations:
+        blocks.append("why not ...? every pool of the spec is used by plan 1: none to explain")
     if checked is not None:
         blocks.append(
             "CP-SAT on the chosen shape: "
@@ -404,6 +424,8 @@ def _result_json(
         "greedy_count_leaves": search.greedy_count_leaves,
         "search_seconds": search.seconds,
         "approximations": sorted(result.approximations),
+        "ranked_by": "simulated "
+        + ("cost_per_iteration" if spec.objective == "min_cost" else "iteration_time"),
         "plans": [
             {
                 "rank": i + 1,
