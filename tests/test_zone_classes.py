@@ -17,7 +17,7 @@ from hetc.schema import check_text
 from hetc.schema.spec import Spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-import zones as bench_zones  # noqa: E402
+import zones as bench_zones
 
 
 def _spec(text: str) -> Spec:
@@ -68,6 +68,15 @@ def _signatures(model: PlanningModel, sets: tuple[tuple[int, ...], ...]) -> set[
     return out
 
 
+def _pick(rng: random.Random, model: PlanningModel) -> tuple[int, ...]:
+    """A random set of kinds, or (mostly) every kind of some TP degrees, as an option is."""
+    if rng.random() < 0.25:
+        kinds = [k.index for k in model.kinds]
+        return tuple(sorted(rng.sample(kinds, rng.randint(1, len(kinds)))))
+    tps = rng.sample([1, 2, 4], rng.randint(1, 3))
+    return tuple(k.index for k in model.kinds if k.tp in tps)
+
+
 def test_keeping_two_zones_per_content_keeps_every_pair_class() -> None:
     """On random specs and random sets of kinds, the kept kinds have exactly the single and
     pair classes of the full sets (brute force over every pair), and drop zones when some
@@ -76,15 +85,7 @@ def test_keeping_two_zones_per_content_keeps_every_pair_class() -> None:
     dropped = 0
     for _ in range(60):
         model = PlanningModel(_mixed_spec(rng))
-        kinds = [k.index for k in model.kinds]
-
-        def pick() -> tuple[int, ...]:
-            if rng.random() < 0.25:
-                return tuple(sorted(rng.sample(kinds, rng.randint(1, len(kinds)))))
-            tps = rng.sample([1, 2, 4], rng.randint(1, 3))  # a TP-wide set, as an option
-            return tuple(k.index for k in model.kinds if k.tp in tps)
-
-        sets = tuple(pick() for _ in range(rng.randint(1, 2)))
+        sets = tuple(_pick(rng, model) for _ in range(rng.randint(1, 2)))
         kept = model.classes.keep(*sets)
         assert all(set(k) <= set(s) for k, s in zip(kept, sets, strict=True))
         assert _signatures(model, kept) == _signatures(model, sets)

@@ -1776,10 +1776,10 @@ class _Search:
                 for first, second in pairwise(names):
                     swap: dict[int, int] = {}
                     for a, b in zip(slots[first], slots[second], strict=True):
-                        for k in of_pool.get(a, ()):
-                            twin = kind_at[b, model.kinds[k].tp]
-                            swap[k] = twin
-                            swap[twin] = k
+                        for kind in of_pool.get(a, ()):
+                            twin = kind_at[b, model.kinds[kind].tp]
+                            swap[kind] = twin
+                            swap[twin] = kind
                     self._swaps.append(swap)
         return self._swaps
 
