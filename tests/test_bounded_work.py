@@ -184,3 +184,20 @@ def test_a_million_microbatches_simulate_with_intervals_bounded_by_the_stages() 
     assert timeline.iteration_time == pytest.approx((10**6 + 3) * 3.0, rel=1e-12)
     assert all(len(timeline.busy[0, s]) <= 2 * (4 * 4 + 16) + 3 for s in range(4))
     assert timeline.bubble_fraction(0, 0) == pytest.approx(3 / (10**6 + 3), rel=1e-6)
+
+
+def test_a_batch_of_a_million_plans_with_work_bounded_by_the_pipelines() -> None:
+    """OPT-350M at a global batch of 10^6: the plan's shares add up to the batch and every
+    rank's simulated timeline holds O(stages) intervals, not one per microbatch."""
+    from hetc.solver.planner import plan_spec
+
+    text = _spec_text("global_batch_size: 1024", "global_batch_size: 1000000")
+    spec = check_text(text, "s.yaml").spec
+    assert spec is not None
+    (best, *_) = plan_spec(spec).proposals
+    plan = best.plan
+    assert sum(p.microbatches for p in plan.pipelines) * plan.microbatch_size == 10**6
+    stages = len(plan.stages)
+    horizon = 2 * (4 * stages + 16) * 2 + 3
+    assert all(len(v) <= horizon for v in best.simulation.timeline.busy.values())
+    assert any(i.what == "steady" for v in best.simulation.timeline.busy.values() for i in v)
