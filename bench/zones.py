@@ -7,7 +7,10 @@ each (quota 8, 4 per node, prices varying by region) over four regions of a real
 network (intra-zone, inter-zone, inter-region defaults); the batch case is OPT-350M with a
 global batch of 10^6 sequences on one zone. Nothing is asserted: the numbers are printed.
 
-Usage: python bench/zones.py [--zones N ...] [--no-batch] [--timeout S]
+With --time-limit S the search stops after S seconds with the best plan found so far
+(`plan_spec(time_limit=...)`), which shows the memory of a search too long to finish.
+
+Usage: python bench/zones.py [--zones N ...] [--no-batch] [--timeout S] [--time-limit S]
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def batch_spec(batch: int) -> str:
     return text.replace("global_batch_size: 1024", f"global_batch_size: {batch}")
 
 
-def _worker(text: str) -> None:
+def _worker(text: str, time_limit: float | None) -> None:
     sys.path.insert(0, str(ROOT))
     from hetc.schema import check_text
     from hetc.solver.planner import plan_spec
@@ -67,7 +70,7 @@ def _worker(text: str) -> None:
     spec = check_text(text, "bench.yaml").spec
     assert spec is not None
     start = time.perf_counter()
-    result = plan_spec(spec)
+    result = plan_spec(spec, time_limit=time_limit)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     best = result.proposals[0].plan if result.proposals else None
@@ -83,10 +86,11 @@ def _worker(text: str) -> None:
     )
 
 
-def _run(label: str, text: str, timeout: float) -> None:
+def _run(label: str, text: str, timeout: float, time_limit: float | None) -> None:
+    limit = [] if time_limit is None else ["--time-limit", str(time_limit)]
     try:
         done = subprocess.run(
-            [sys.executable, __file__, "--worker"],
+            [sys.executable, __file__, "--worker", *limit],
             input=text,
             capture_output=True,
             text=True,
@@ -109,15 +113,16 @@ def main() -> None:
     parser.add_argument("--zones", type=int, nargs="*", default=[100, 200, 400, 1000])
     parser.add_argument("--no-batch", action="store_true")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--time-limit", type=float, default=None)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker(sys.stdin.read())
+        _worker(sys.stdin.read(), args.time_limit)
         return
     for zones in args.zones:
-        _run(f"{zones} zones", zones_spec(zones), args.timeout)
+        _run(f"{zones} zones", zones_spec(zones), args.timeout, args.time_limit)
     if not args.no_batch:
-        _run("batch 10^6", batch_spec(10**6), args.timeout)
+        _run("batch 10^6", batch_spec(10**6), args.timeout, args.time_limit)
 
 
 if __name__ == "__main__":
