@@ -18,7 +18,17 @@ from typing import Any
 
 Path = tuple[str | int, ...]
 ANNOTATIONS = frozenset(
-    {"$schema", "$id", "title", "description", "default", "definitions", "x-quantity", "x-error"}
+    {
+        "$schema",
+        "$id",
+        "title",
+        "description",
+        "default",
+        "definitions",
+        "x-quantity",
+        "x-error",
+        "x-why",
+    }
 )
 """Keywords that carry no assertion (x-* are hetc's own hints for messages)."""
 

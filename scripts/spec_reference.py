@@ -31,6 +31,8 @@ def _kind(node: dict[str, Any], definitions: dict[str, Any]) -> str:
         return f"list of {inner}"
     if kind == "object":
         return "mapping"
+    if kind == "integer" and "minimum" in node and "maximum" in node:
+        return f"integer {node['minimum']} to {node['maximum']}"
     if kind == "integer" and "minimum" in node:
         return f"integer >= {node['minimum']}"
     return str(kind)

@@ -157,7 +157,7 @@ def predict(plan: Plan, spec: Spec, profiles: Sequence[LayerProfile]) -> Predict
                 elif interval.what == "update":
                     update = length
                 else:
-                    passes += length
+                    passes += interval.busy
         engine = spec.training.zero_stage in (1, 2) and len({r.tp for r in stage.replicas}) == 1
         report = reports[f"{process.node}#{process.device_index}"]
         ranks.append(

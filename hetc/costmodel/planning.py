@@ -67,6 +67,7 @@ from itertools import pairwise
 from operator import add, sub
 
 from hetc.catalog import ModelArchitecture
+from hetc.costmodel.classes import PoolClasses
 from hetc.costmodel.compute import ComputeModel
 from hetc.costmodel.memory import (
     FrameworkOverhead,
@@ -216,7 +217,9 @@ class PlanningModel:
         """Capability matrix: replicas of different TP share a stage only without ZeRO."""
         self._profiles = {p.device: p for p in profiles}
         self.pricer = LinkPricer(spec, self._profiles)
-        self._links: dict[tuple[int, int, int], tuple[LinkClass, MessageSizeCurve, float]] = {}
+        self._links: dict[
+            tuple[tuple[int, int, int], int], tuple[LinkClass, MessageSizeCurve, float]
+        ] = {}
         self._overhead = overhead
         pools = [(z, p) for z in spec.zones for p in z.pools]
         self.pools = tuple(PoolSlot(i, z, p) for i, (z, p) in enumerate(pools))
@@ -226,19 +229,22 @@ class PlanningModel:
                 if self.point_allowed(slot.pool.device, tp):
                     kinds.append(ReplicaKind(len(kinds), slot.index, slot.pool.device, tp))
         self.kinds = tuple(kinds)
+        self.classes = PoolClasses(
+            pools, self.pricer.named, [k.pool for k in kinds], [k.tp for k in kinds]
+        )
+        """Pools by what prices them alike (`costmodel.classes`): every pair term is cached
+        per class of pool pair, and questions over sets of kinds drop zones that add
+        nothing, so memory and work stay bounded however many zones look alike."""
         self._models: dict[str, ComputeModel] = {}
         self._tables: dict[tuple[str, int, int], StageTables] = {}
-        self.stage_time = cache(self._stage_time)
+        self._stage_time = cache(self._device_stage_time)
         self.layer_compute = cache(self._layer_compute)
-        self.fits = cache(self._fits)
-        self.send = cache(self._send)
-        self.ring = cache(self._ring)
+        self._fits = cache(self._device_fits)
+        self._sends: dict[tuple[tuple[int, int, int], int], float] = {}
+        self._rings: dict[tuple[object, ...], float] = {}
+        self._tieds: dict[tuple[tuple[int, int, int], int, int], float] = {}
         self.gradient_bytes = cache(self._gradient_bytes)
         """Per-TP-rank gradient bytes of a stage (`_gradient_bytes`), cached."""
-        self.tied = cache(self._tied)
-        self._egress_prices = [
-            [self._egress_price(a.index, b.index) for b in self.pools] for a in self.pools
-        ]
 
     # -- structure ----------------------------------------------------------------------
 
@@ -327,12 +333,18 @@ class PlanningModel:
         fallback = default_overhead(self.spec.devices[device])
         return dict(given or {}).get(device, fallback)
 
-    def _stage_time(
+    def stage_time(
         self, kind: int, microbatch: int, first: int, end: int
     ) -> tuple[float, float, float]:
-        """(forward + backward, backward, optimizer step) of one microbatch on `kind`."""
+        """(forward + backward, backward, optimizer step) of one microbatch on `kind`,
+        cached per device and TP (kinds of one device and TP in many pools share it)."""
         k = self.kinds[kind]
-        t = self.tables(k.device, k.tp, microbatch)
+        return self._stage_time(k.device, k.tp, microbatch, first, end)
+
+    def _device_stage_time(
+        self, device: str, tp: int, microbatch: int, first: int, end: int
+    ) -> tuple[float, float, float]:
+        t = self.tables(device, tp, microbatch)
         fwd = t.forward[end] - t.forward[first]
         bwd = t.backward[end] - t.backward[first]
         return fwd + bwd, bwd, t.update[end] - t.update[first]
@@ -358,11 +370,17 @@ class PlanningModel:
         n = t.layers
         return tuple(map(add, map(sub, f[1 : n + 1], f[:n]), map(sub, b[1 : n + 1], b[:n])))
 
-    def _fits(self, kind: int, microbatch: int, first: int, end: int, dp: int, flight: int) -> bool:
+    def fits(self, kind: int, microbatch: int, first: int, end: int, dp: int, flight: int) -> bool:
+        """Whether `kind` holds layers [first, end) in memory (cached per device and TP)."""
         k = self.kinds[kind]
-        if not self.point_allowed(k.device, k.tp, microbatch):
+        return self._fits(k.device, k.tp, microbatch, first, end, dp, flight)
+
+    def _device_fits(
+        self, device: str, tp: int, microbatch: int, first: int, end: int, dp: int, flight: int
+    ) -> bool:
+        if not self.point_allowed(device, tp, microbatch):
             return False
-        t = self.tables(k.device, k.tp, microbatch)
+        t = self.tables(device, tp, microbatch)
         return peak_memory(t, first, end, dp, flight) <= t.capacity
 
     def kind_fits(self, shape: Shape, stage: int, kind: int) -> bool:
@@ -398,7 +416,7 @@ class PlanningModel:
         of them may even stay inside one (priced by the node's n-device all-reduce), so
         there the hop is the slowest of those (`pricing.slower_of`): the estimate is never
         below the simulator's price of any placement."""
-        key = (pool_a, pool_b, flows)
+        key = (self.classes.pair(pool_a, pool_b), flows)
         found = self._links.get(key)
         if found is None:
             hop = self.pricer.between_nodes(self.end(pool_a), self.end(pool_b), flows)
@@ -414,9 +432,17 @@ class PlanningModel:
             found = self._links[key] = (hop.link, hop.curve, hop.nic)
         return found
 
-    def _send(self, pool_a: int, pool_b: int, microbatch: int) -> float:
-        link, curve, nic = self.measured_link(pool_a, pool_b, 1)
-        return send_time(self.activation_bytes(microbatch), link, nic_bandwidth=nic, curve=curve)
+    def send(self, pool_a: int, pool_b: int, microbatch: int) -> float:
+        """One microbatch's activations from a node of pool a to one of pool b, cached per
+        class of pool pair."""
+        key = (self.classes.pair(pool_a, pool_b), microbatch)
+        found = self._sends.get(key)
+        if found is None:
+            link, curve, nic = self.measured_link(pool_a, pool_b, 1)
+            found = self._sends[key] = send_time(
+                self.activation_bytes(microbatch), link, nic_bandwidth=nic, curve=curve
+            )
+        return found
 
     def _gradient_bytes(self, stage_key: StageKey, tp: int) -> float:
         """Per-TP-rank gradient bytes of a stage; stage_key = (first_block, end_block,
@@ -433,12 +459,17 @@ class PlanningModel:
         )
         return float(stage_parameters_per_rank(self.arch, shape) * self.gradient_element)
 
-    def _ring(
-        self, kind_a: int, kind_b: int, stage_key: tuple[int, int, bool, bool], dp: int
-    ) -> float:
+    def ring(self, kind_a: int, kind_b: int, stage_key: StageKey, dp: int) -> float:
         """Ring all-reduce of the stage's gradients over `dp` ranks when every hop is as slow
-        as the one between kinds a and b."""
+        as the one between kinds a and b, cached per class of pool pair and TP degrees."""
         ka, kb = self.kinds[kind_a], self.kinds[kind_b]
+        key = (self.classes.pair(ka.pool, kb.pool), ka.tp, kb.tp, stage_key, dp)
+        found = self._rings.get(key)
+        if found is None:
+            found = self._rings[key] = self._ring(ka, kb, stage_key, dp)
+        return found
+
+    def _ring(self, ka: ReplicaKind, kb: ReplicaKind, stage_key: StageKey, dp: int) -> float:
         flows = max(ka.tp, kb.tp)
         link, curve, nic = self.measured_link(ka.pool, kb.pool, flows)
         return ring_all_reduce_time(
@@ -450,21 +481,25 @@ class PlanningModel:
             curve=curve,
         )
 
-    def _tied(self, kind_first: int, kind_last: int) -> float:
+    def tied(self, kind_first: int, kind_last: int) -> float:
+        """The tied embedding's two-rank all-reduce between the two kinds, cached per class
+        of pool pair and TP degrees."""
         ka, kb = self.kinds[kind_first], self.kinds[kind_last]
-        link, curve, nic = self.measured_link(ka.pool, kb.pool, 1)
-        nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.gradient_element
-        return ring_all_reduce_time(float(nbytes), 2, link, nic_bandwidth=nic, curve=curve)
+        key = (self.classes.pair(ka.pool, kb.pool), ka.tp, kb.tp)
+        found = self._tieds.get(key)
+        if found is None:
+            link, curve, nic = self.measured_link(ka.pool, kb.pool, 1)
+            nbytes = tied_table_parameters_per_rank(self.arch, ka.tp) * self.gradient_element
+            found = self._tieds[key] = ring_all_reduce_time(
+                float(nbytes), 2, link, nic_bandwidth=nic, curve=curve
+            )
+        return found
 
     def egress_price(self, pool_a: int, pool_b: int) -> float:
-        """USD per byte from pool a's zone to pool b's (0 within a zone), from a table of
-        every pair built once: the search's cost bounds ask thousands of times."""
-        return self._egress_prices[pool_a][pool_b]
-
-    def _egress_price(self, pool_a: int, pool_b: int) -> float:
-        za, zb = self.pools[pool_a].zone, self.pools[pool_b].zone
-        if za.name == zb.name:
+        """USD per byte from pool a's zone to pool b's (0 within a zone)."""
+        if self.classes.zone[pool_a] == self.classes.zone[pool_b]:
             return 0.0
+        za, zb = self.pools[pool_a].zone, self.pools[pool_b].zone
         network = self.spec.network
         return network.egress_inter_zone if za.region == zb.region else network.egress_inter_region
 
@@ -541,7 +576,9 @@ class PlanningModel:
         return straggler, fill, worst_sync, total
 
     def stage_compute(self, kinds: Sequence[int], mbs: int, first: int, end: int) -> float:
-        """t_i: the slowest kind's forward + backward of one microbatch over [first, end)."""
+        """t_i: the slowest kind's forward + backward of one microbatch over [first, end)
+        (over the kinds of zones that differ: the others repeat a device and TP)."""
+        (kinds,) = self.classes.keep(tuple(kinds))
         return max(self.stage_time(k, mbs, first, end)[0] for k in kinds)
 
     def stage_sync(
@@ -551,6 +588,7 @@ class PlanningModel:
         (a kind with itself included), then the slowest optimizer step."""
         ring = 0.0
         if dp > 1:
+            (kinds,) = self.classes.keep(tuple(kinds))
             for x, a in enumerate(kinds):
                 for b in kinds[x:]:
                     ring = max(ring, self.ring(a, b, key, dp))
@@ -567,23 +605,23 @@ class PlanningModel:
         """The tied embedding's two-rank all-reduce between first and last stage (P > 1)."""
         if not self.arch.tied_embeddings:
             return 0.0
+        first_kinds, last_kinds = self.classes.keep(tuple(first_kinds), tuple(last_kinds))
         return max(self.tied(a, b) for a in first_kinds for b in last_kinds)
 
     def send_between(self, kinds_a: Sequence[int], kinds_b: Sequence[int], mbs: int) -> float:
         """s_i: the slowest activation send between a pool of one stage and one of the next."""
         kinds = self.kinds
+        kinds_a, kinds_b = self.classes.keep(tuple(kinds_a), tuple(kinds_b))
         return max(self.send(kinds[a].pool, kinds[b].pool, mbs) for a in kinds_a for b in kinds_b)
 
     def _worst_price(self, kinds_a: Sequence[int], kinds_b: Sequence[int]) -> float:
         """The highest egress price between a pool of one and a pool of the other (prices
         are never negative)."""
-        kinds, prices = self.kinds, self._egress_prices
-        worst = 0.0
-        for a in kinds_a:
-            row = prices[kinds[a].pool]
-            for b in kinds_b:
-                worst = max(worst, row[kinds[b].pool])
-        return worst
+        kinds = self.kinds
+        kinds_a, kinds_b = self.classes.keep(tuple(kinds_a), tuple(kinds_b))
+        pools_a = {kinds[a].pool for a in kinds_a}
+        pools_b = {kinds[b].pool for b in kinds_b}
+        return max((self.egress_price(a, b) for a in pools_a for b in pools_b), default=0.0)
 
     def boundary_egress(self, kinds_a: Sequence[int], kinds_b: Sequence[int], mbs: int) -> float:
         """USD per iteration for every microbatch's activations and gradients across one
@@ -604,6 +642,7 @@ class PlanningModel:
         """USD per iteration of the tied embedding's gradient, both ways, per pipeline."""
         if not self.arch.tied_embeddings:
             return 0.0
+        first_kinds, last_kinds = self.classes.keep(tuple(first_kinds), tuple(last_kinds))
         return max(
             2
             * dp

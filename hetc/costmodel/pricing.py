@@ -42,7 +42,15 @@ from hetc.costmodel.network import (
 from hetc.costmodel.profile import BandwidthFit, LayerProfile
 from hetc.schema.spec import LinkClass, Spec, Zone
 
-__all__ = ["End", "Hop", "LinkPricer", "SlowerOf", "scope_between", "slower_of"]
+__all__ = [
+    "End",
+    "Hop",
+    "LinkPricer",
+    "SlowerOf",
+    "named_zones",
+    "scope_between",
+    "slower_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +93,28 @@ _SPEC_CLASS = {
 }
 
 
+def named_zones(spec: Spec, profiles: Mapping[str, LayerProfile]) -> frozenset[str]:
+    """Names a link fact may single out: those of `network.links` overrides and the zones of
+    measured profile links. A hop between two zones named by neither depends on them only
+    through their regions and whether they are one zone."""
+    names = {name for link in spec.network.links for name in link.between}
+    for profile in profiles.values():
+        names |= {name for link in profile.links for name in (link.source, link.target)}
+    return frozenset(names)
+
+
 class LinkPricer:
-    """The hops of one spec with its measured profiles (one per device), memoised: a search
-    asks the same pair millions of times."""
+    """The hops of one spec with its measured profiles (one per device), memoised per class
+    of zone pair (a zone `named_zones` names by itself, any other by its region, and whether
+    the two are one zone): a search asks the same pair millions of times, and a spec of a
+    thousand zones has a million pairs but a handful of classes."""
 
     def __init__(self, spec: Spec, profiles: Mapping[str, LayerProfile]) -> None:
         self.spec = spec
         self.profiles = dict(profiles)
+        self.named = named_zones(spec, self.profiles)
         self._inside: dict[tuple[str, str, int], Hop] = {}
-        self._between: dict[tuple[str, str, str, str, float, float, int], Hop] = {}
+        self._between: dict[tuple[object, ...], Hop] = {}
 
     def inside_node(self, device: str, collective: str, devices: int) -> Hop:
         """A hop between two devices of one node: `collective` is "p2p" for a send or one
@@ -130,11 +151,24 @@ class LinkPricer:
     def between_nodes(self, a: End, b: End, flows: int) -> Hop:
         """The hop from a node at `a` to a node at `b` when `flows` devices per node send at
         once (see the module docstring for which fact wins)."""
-        key = (a.zone.name, a.device, b.zone.name, b.device, a.nic, b.nic, flows)
+        key = (
+            self._where(a.zone),
+            a.device,
+            self._where(b.zone),
+            b.device,
+            a.zone.name == b.zone.name,
+            a.nic,
+            b.nic,
+            flows,
+        )
         hop = self._between.get(key)
         if hop is None:
             hop = self._between[key] = self._between_nodes(a, b, flows)
         return hop
+
+    def _where(self, zone: Zone) -> tuple[str, str]:
+        """What a hop can tell of a zone: its name where a fact names it, else its region."""
+        return ("zone", zone.name) if zone.name in self.named else ("region", zone.region)
 
     def _between_nodes(self, a: End, b: End, flows: int) -> Hop:
         named = self._named(a, b, flows)

@@ -25,7 +25,7 @@ pay the slowest stage, which is exact for uniform stages (the classic (m + P - 1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hetc.plan.topology import one_f_one_b_order
 
@@ -78,7 +78,15 @@ class Interval:
     start: float
     end: float
     what: str
-    """`F3` / `B3` (microbatch 3), `sync`, `update`."""
+    """`F3` / `B3` (microbatch 3), `sync`, `update`, or `steady` (see `work`)."""
+    work: float | None = None
+    """Busy seconds inside [start, end] where that is not all of it: set on a `steady` span,
+    the microbatches the simulator did not step through one by one (`simulate_1f1b`)."""
+
+    @property
+    def busy(self) -> float:
+        """Seconds of work in the interval."""
+        return self.end - self.start if self.work is None else self.work
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,7 +98,7 @@ class Timeline:
 
     def bubble_fraction(self, pipeline: int, stage: int) -> float:
         """Share of the iteration this rank spent idle."""
-        work = sum(i.end - i.start for i in self.busy[pipeline, stage])
+        work = sum(i.busy for i in self.busy[pipeline, stage])
         return 1.0 - work / self.iteration_time if self.iteration_time else 0.0
 
 
@@ -119,7 +127,116 @@ def simulate_1f1b(
     return Timeline(iteration_time=total, busy=busy)
 
 
+HORIZON_PER_STAGE = 4
+"""A pipeline of P stages is stepped through at most 4P + HORIZON_EXTRA microbatches at a time
+while its steady state is looked for (`_simulate_pipeline`)."""
+HORIZON_EXTRA = 16
+MAX_CYCLE = 8
+"""Longest cycle looked for: a communication-bound pipeline often alternates two slice
+lengths (a cycle of 2 slices) rather than repeating one."""
+PERIOD_TOLERANCE = 1e-9
+"""Relative slack of the periodicity test: two slices count as one period apart when every
+time differs from the period by at most this share of it (floating-point rounding)."""
+
+
 def _simulate_pipeline(times: PipelineTimes) -> dict[int, tuple[Interval, ...]]:
+    """Every stage's intervals, in O(stages^2) work whatever the microbatch count, where the
+    schedule becomes periodic; by stepping through every microbatch where it does not.
+
+    Why that is exact. Call slice s of stage i (w_i = P - 1 - i warm-up forwards) its pair
+    (F of microbatch s + w_i, B of microbatch s), and x(s) the end times of every stage's
+    slice-s operations with the arrival times of the transfers they start. For 1 <= s <= m - P
+    each of them waits only for operations of slices s and s - 1 (F_i(s) for stage i - 1's
+    forward of slice s - 1 and its own backward of slice s - 1; B_i(s) for its forward and
+    stage i + 1's backward of slice s; each transfer for the one before on its link), by the
+    same max-plus formula for every s: x(s) = f(x(s - 1)), f shifting with its input
+    (f(x + c) = f(x) + c). So once x(s0 + 1) = x(s0) + lambda for some s0, every later slice is
+    lambda after the one before; likewise x(s0 + c) = x(s0) + lambda with a cycle of c slices
+    (f applied c times shifts too). The slices up to m - P do not depend on m, and what
+    follows slice m - P (the last forwards and the drain) is one fixed shifting function of
+    x(m - P). Hence a run of h < m microbatches, m - h a multiple of c, that finds
+    s0 + c <= h - P gives the m-microbatch run exactly: its operations up to slice s0, then
+    m - h slices of lambda / c each (one `steady` interval per stage, with their work), then
+    the h-run's operations from slice s0 + 1 on, delayed by (m - h) lambda / c and renumbered
+    by m - h. With the test's tolerance tol (a PERIOD_TOLERANCE share of lambda), f being
+    non-expansive in the max norm bounds the error by (m - h) tol / c, a 1e-9 share of the
+    steady span. Where no cycle shows within the horizon, the horizon doubles, up to stepping
+    through all m. tests/test_bounded_work.py compares it with stepping through every
+    microbatch on random pipelines."""
+    stages, m = times.stages, times.microbatches
+    horizon = HORIZON_PER_STAGE * stages + HORIZON_EXTRA
+    while 2 * horizon < m:
+        found = _periodic_from(*_step_through(replace(times, microbatches=horizon))[:2], times)
+        if found is not None:
+            s0, cycle, period = found
+            short = replace(times, microbatches=horizon + (m - horizon) % cycle)
+            intervals = _step_through(short)[2]
+            return _extended(short, intervals, s0, period / cycle, m - short.microbatches)
+        horizon *= 2
+    return {i: tuple(v) for i, v in _step_through(times)[2].items()}
+
+
+_Done = dict[tuple[str, int, int], float]
+_Arrivals = dict[tuple[str, int, int], float]
+
+
+def _periodic_from(
+    done: _Done, arrivals: _Arrivals, times: PipelineTimes
+) -> tuple[int, int, float] | None:
+    """The first slice s0 and the shortest cycle c <= MAX_CYCLE with x(s0 + c) = x(s0) +
+    lambda, and lambda (`_simulate_pipeline`), within the run that made `done`."""
+    stages = times.stages
+    last = len(done) // (2 * stages) - stages
+    states = [_state(stages, s, done, arrivals) for s in range(1, last + 1)]
+    for index, now in enumerate(states):
+        for cycle in range(1, min(MAX_CYCLE, len(states) - 1 - index) + 1):
+            later = states[index + cycle]
+            period = later[0] - now[0]
+            tolerance = PERIOD_TOLERANCE * abs(period)
+            if all(abs(b - a - period) <= tolerance for a, b in zip(now, later, strict=True)):
+                return index + 1, cycle, period
+    return None
+
+
+def _state(stages: int, s: int, done: _Done, arrivals: _Arrivals) -> list[float]:
+    """x(s): every stage's slice-s forward and backward ends, and the arrivals they start."""
+    state = []
+    for i in range(stages):
+        forward = s + stages - 1 - i
+        state += [done["F", i, forward], done["B", i, s]]
+        if i + 1 < stages:
+            state.append(arrivals["down", i, forward])
+        if i > 0:
+            state.append(arrivals["up", i - 1, s])
+    return state
+
+
+def _extended(
+    times: PipelineTimes, intervals: dict[int, list[Interval]], s0: int, slope: float, extra: int
+) -> dict[int, tuple[Interval, ...]]:
+    """The h-run's intervals (h = times.microbatches) grown by `extra` slices of `slope`
+    seconds each after slice s0 (see `_simulate_pipeline`)."""
+    stages = times.stages
+    out: dict[int, tuple[Interval, ...]] = {}
+    for i, own in intervals.items():
+        cut = (stages - 1 - i) + 2 * (s0 + 1)
+        shift = extra * slope
+        steady = Interval(
+            own[cut].start,
+            own[cut].start + shift,
+            "steady",
+            work=extra * (times.forward[i] + times.backward[i]),
+        )
+        later = tuple(
+            Interval(v.start + shift, v.end + shift, f"{v.what[0]}{int(v.what[1:]) + extra}")
+            for v in own[cut:]
+        )
+        out[i] = (*own[:cut], steady, *later)
+    return out
+
+
+def _step_through(times: PipelineTimes) -> tuple[_Done, _Arrivals, dict[int, list[Interval]]]:
+    """The event simulation of every operation of one pipeline, one at a time."""
     stages, m = times.stages, times.microbatches
     orders = [one_f_one_b_order(i, stages, m) for i in range(stages)]
     position = [0] * stages
@@ -128,7 +245,8 @@ def _simulate_pipeline(times: PipelineTimes) -> dict[int, tuple[Interval, ...]]:
     activation_at: dict[tuple[int, int], float] = {(0, j): 0.0 for j in range(m)}
     gradient_at: dict[tuple[int, int], float] = {}
     link_free: dict[tuple[int, str], float] = {}
-    done: dict[tuple[str, int, int], float] = {}
+    done: _Done = {}
+    arrivals: _Arrivals = {}
     intervals: dict[int, list[Interval]] = {i: [] for i in range(stages)}
     remaining = stages * 2 * m
     while remaining:
@@ -154,15 +272,15 @@ def _simulate_pipeline(times: PipelineTimes) -> dict[int, tuple[Interval, ...]]:
             remaining -= 1
             progressed = True
             if kind == "F" and i + 1 < stages:
-                activation_at[i + 1, j] = _transfer(
+                activation_at[i + 1, j] = arrivals["down", i, j] = _transfer(
                     link_free, (i, "down"), end, times.send_activation[i]
                 )
             elif kind == "B" and i > 0:
-                gradient_at[i - 1, j] = _transfer(
+                gradient_at[i - 1, j] = arrivals["up", i - 1, j] = _transfer(
                     link_free, (i - 1, "up"), end, times.send_gradient[i - 1]
                 )
         assert progressed, "1F1B dependencies cannot deadlock"
-    return {i: tuple(v) for i, v in intervals.items()}
+    return done, arrivals, intervals
 
 
 def _transfer(

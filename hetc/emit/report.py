@@ -65,7 +65,7 @@ _GROUP_GAP = 10.0
 _CHAR = 6.5
 """Approximate advance of one 11 px sans-serif character, to size the label column and to
 decide whether a microbatch number fits inside its rectangle."""
-_KINDS = {"F": "f", "B": "b", "sync": "s", "update": "u"}
+_KINDS = {"F": "f", "B": "b", "sync": "s", "update": "u", "steady": "r"}
 """Interval kind (`Interval.what` without the microbatch number) to its CSS class."""
 
 _MD_ESCAPES = str.maketrans(
@@ -627,7 +627,7 @@ def _row(
 ) -> dict[str, Any]:
     rects, texts = [], []
     for interval in busy:
-        kind = interval.what if interval.what in ("sync", "update") else interval.what[0]
+        kind = interval.what if interval.what in _KINDS else interval.what[0]
         left, right = x(interval.start), x(interval.end)
         rects.append({"cls": _KINDS[kind], "x": f"{left:.2f}", "w": f"{right - left:.2f}"})
         text = interval.what[1:] if kind in ("F", "B") else interval.what

@@ -99,8 +99,24 @@ def resolved_architecture(data: dict[str, Any]) -> catalog.ModelArchitecture | N
     return found.architecture if found is not None else None
 
 
+TOKENS_PER_ITERATION = 2**40
+"""Most tokens one iteration may hold (global_batch_size x seq_len): 65,536 times the largest
+published training batches (about 2^24 tokens); beyond it the spec is not a training run, and
+the plan's microbatch counts would outgrow every integer the runtime's frameworks hold."""
+
+
 def _training(data: dict[str, Any]) -> Iterator[Finding]:
     training = _dict(data.get("training"))
+    batch = _int(training.get("global_batch_size"))
+    seq_len = _int(training.get("seq_len", schema_default("training", "seq_len")))
+    if batch is not None and seq_len is not None and batch * seq_len > TOKENS_PER_ITERATION:
+        yield Finding(
+            ("training", "global_batch_size"),
+            f"{batch} sequences of {seq_len} tokens are {batch * seq_len:.3g} tokens per"
+            f" iteration, more than the 2^40 = {TOKENS_PER_ITERATION:.3g} a training run"
+            f" could use (the largest published batches hold about 2^24 tokens); use at most"
+            f" {TOKENS_PER_ITERATION // seq_len} sequences",
+        )
     if _int(training.get("zero_stage")) == 3:
         yield Finding(
             ("training", "zero_stage"),

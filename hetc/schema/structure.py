@@ -156,7 +156,8 @@ def finding_of(error: SchemaError) -> Finding:
     if kind == "pattern":
         return Finding(path, _pattern_message(value, schema))
     if kind in _BOUND_WORDS:
-        return Finding(path, f"must be {_BOUND_WORDS[kind]} {expected}, got {value!r}")
+        why = f" ({schema['x-why']})" if "x-why" in schema and kind == "maximum" else ""
+        return Finding(path, f"must be {_BOUND_WORDS[kind]} {expected}, got {value!r}{why}")
     if kind == "minItems":
         entries = "entry" if expected == 1 else "entries"
         return Finding(path, f"needs at least {expected} {entries}, got {len(value)}")

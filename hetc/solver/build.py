@@ -10,11 +10,13 @@ Three rules, each chosen so the plan is never slower than the planner's estimate
 - Pairing: pipeline k runs the k-th fastest replica of every stage (ties by kind, then by
   position). Pairing fast with fast makes some pipelines faster than the model's all-slowest
   bound instead of making every pipeline as slow as its slowest member.
-- Shares: every pipeline gets at least one microbatch; the rest go one at a time to the
+- Shares: every pipeline gets at least one microbatch; the rest go, as if one at a time, to the
   pipeline that would finish earliest with it, its finish time being F_p + (m_p - 1) S_p
   (the closed form's per-pipeline fill and straggler period). Each pipeline's finish time
   grows with its count, so this greedy minimises the slowest pipeline's finish time exactly,
-  and the shares add up to the global batch.
+  and the shares add up to the global batch. `batch_shares` computes the greedy's outcome in
+  closed form (a threshold found by bisection), so building is O(pipelines), not
+  O(microbatches).
 
 A stage's replicas are listed grouped by kind (kinds are numbered pool by pool, zones in spec
 order), so the data-parallel ring visits each zone's replicas together.
@@ -22,7 +24,7 @@ order), so the data-parallel ring visits each zone's replicas together.
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from itertools import pairwise
@@ -36,18 +38,65 @@ __all__ = ["batch_shares", "build_plan", "place_replicas"]
 
 def batch_shares(fill: list[float], period: list[float], microbatches: int) -> list[int]:
     """Integer microbatch counts, each >= 1 and summing to `microbatches`, that minimise
-    max_p fill[p] + (count[p] - 1) * period[p]; ties go to the lower pipeline index."""
+    max_p fill[p] + (count[p] - 1) * period[p]; ties go to the lower pipeline index.
+
+    The greedy of the module docstring hands out the K = microbatches - pipelines smallest
+    (value, pipeline) pairs of {(fill[p] + c * period[p], p) : c >= 1}, each pipeline's values
+    non-decreasing in c. This computes that set directly, in O(pipelines) per step of a
+    bisection over the float threshold T* (the K-th smallest value): every value below T*
+    is taken, and pipelines tied at T* take the remaining ones in index order. The work is
+    O(pipelines x 64-odd bisection steps), whatever the microbatch count."""
     pipelines = len(fill)
     if microbatches < pipelines:
         raise ValueError(f"{microbatches} microbatches cannot feed {pipelines} pipelines")
-    counts = [1] * pipelines
-    heap = [(fill[p] + period[p], p) for p in range(pipelines)]
-    heapq.heapify(heap)
-    for _ in range(microbatches - pipelines):
-        _, p = heapq.heappop(heap)
-        counts[p] += 1
-        heapq.heappush(heap, (fill[p] + counts[p] * period[p], p))
+    extra = microbatches - pipelines
+    if extra == 0:
+        return [1] * pipelines
+    values = [f + p for f, p in zip(fill, period, strict=True)]
+    low = min(values)
+    high = max(f + extra * p for f, p in zip(fill, period, strict=True))
+    if _taken(fill, period, low, extra) >= extra:
+        high = low
+    else:
+        while math.nextafter(low, math.inf) < high:
+            middle = low + (high - low) / 2
+            if _taken(fill, period, middle, extra) >= extra:
+                high = middle
+            else:
+                low = middle
+    below = [_count(f, p, high, extra, strict=True) for f, p in zip(fill, period, strict=True)]
+    left = extra - sum(below)
+    counts = []
+    for f, p, taken in zip(fill, period, below, strict=True):
+        tied = min(_count(f, p, high, extra, strict=False) - taken, left)
+        left -= tied
+        counts.append(1 + taken + tied)
     return counts
+
+
+def _count(fill: float, period: float, threshold: float, cap: int, *, strict: bool) -> int:
+    """How many c in 1..cap have fill + c * period below (strict) or at most `threshold`,
+    evaluated with the greedy's own float expression so that ties fall identically."""
+
+    def inside(c: int) -> bool:
+        value = fill + c * period
+        return value < threshold if strict else value <= threshold
+
+    if period <= 0:
+        return cap if inside(1) else 0
+    guess = max(0, min(cap, math.floor((threshold - fill) / period)))
+    while guess > 0 and not inside(guess):
+        guess -= 1
+    while guess < cap and inside(guess + 1):
+        guess += 1
+    return guess
+
+
+def _taken(fill: list[float], period: list[float], threshold: float, cap: int) -> int:
+    """Values at most `threshold` over all pipelines (each capped at `cap`)."""
+    return sum(
+        _count(f, p, threshold, cap, strict=False) for f, p in zip(fill, period, strict=True)
+    )
 
 
 def place_replicas(

@@ -409,6 +409,8 @@ class _Search:
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[Option, tuple[int, int]] = {}
         self._swaps: list[dict[int, int]] | None = None
+        self._moving: dict[Option, list[int]] = {}
+        self._swap_index: dict[int, list[int]] | None = None
         self._cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
@@ -569,13 +571,16 @@ class _Search:
         a zone, 1 between zones of a region, 2 between regions) and the link's latency: a
         ring depends on the two kinds only through their link (with its curve and NIC), the
         flows on it (the larger TP) and the bytes per rank (the smaller TP); a ring between
-        two kinds is the same either way round."""
+        two kinds is the same either way round. Only the kinds of zones that differ are
+        paired (`PoolClasses.keep`): the others add no ring of their own."""
         if self._ring_pairs is None:
             model = self.model
             seen: dict[tuple[object, ...], tuple[int, int, int, float]] = {}
-            for a, ka in enumerate(model.kinds):
+            (kept,) = model.classes.keep(tuple(k.index for k in model.kinds))
+            for x, a in enumerate(kept):
+                ka = model.kinds[a]
                 za = model.pools[ka.pool].zone
-                for b in range(a, len(model.kinds)):
+                for b in kept[x:]:
                     kb = model.kinds[b]
                     zb = model.pools[kb.pool].zone
                     level = 0 if za.name == zb.name else 1 if za.region == zb.region else 2
@@ -745,7 +750,8 @@ class _Search:
         with itself included): every boundary's s_i is at least this."""
         send = self._least_sends.get(mbs)
         if send is None:
-            pools = sorted({k.pool for k in self.model.kinds})
+            (kept,) = self.model.classes.keep(tuple(k.index for k in self.model.kinds))
+            pools = sorted({self.model.kinds[k].pool for k in kept})
             send = min((self.model.send(a, b, mbs) for a in pools for b in pools), default=0.0)
             self._least_sends[mbs] = send
         return send
@@ -1707,7 +1713,8 @@ class _Search:
             for x, slow in enumerate(ordered):
                 for fast in ordered[x:]:
                     both = (slow, fast)
-                    if swaps and _mirrored(both, listed, swaps):
+                    moving = sorted({*self._moving_swaps(slow), *self._moving_swaps(fast)})
+                    if moving and _mirrored(both, listed, [swaps[i] for i in moving]):
                         continue
                     if not self._may_use_forced(slow, fast):
                         continue
@@ -1753,6 +1760,9 @@ class _Search:
             for slot in model.pools:
                 slots.setdefault(slot.zone.name, []).append(slot.index)
             kind_at = {(k.pool, k.tp): k.index for k in model.kinds}
+            of_pool: dict[int, list[int]] = {}
+            for k in model.kinds:
+                of_pool.setdefault(k.pool, []).append(k.index)
             classes: dict[tuple[object, ...], list[str]] = {}
             for zone in model.spec.zones:
                 if zone.name not in named:
@@ -1766,12 +1776,32 @@ class _Search:
                 for first, second in pairwise(names):
                     swap: dict[int, int] = {}
                     for a, b in zip(slots[first], slots[second], strict=True):
-                        for k in model.kinds:
-                            if k.pool == a:
-                                swap[k.index] = kind_at[b, k.tp]
-                                swap[kind_at[b, k.tp]] = k.index
+                        for kind in of_pool.get(a, ()):
+                            twin = kind_at[b, model.kinds[kind].tp]
+                            swap[kind] = twin
+                            swap[twin] = kind
                     self._swaps.append(swap)
         return self._swaps
+
+    def _moving_swaps(self, option: Option) -> list[int]:
+        """Indices of the `_zone_swaps` that map the option to another one: the others leave
+        a pair of options as it is, so its mirror images come from these alone (a region-wide
+        option holds both zones of every swap of its region and stays put; a one-pool
+        option moves under the two swaps of its zone)."""
+        moving = self._moving.get(option)
+        if moving is None:
+            swaps = self._zone_swaps()
+            if self._swap_index is None:
+                index: dict[int, list[int]] = {}
+                for i, swap in enumerate(swaps):
+                    for k in swap:
+                        index.setdefault(k, []).append(i)
+                self._swap_index = index
+            touched = sorted({i for k in option for i in self._swap_index.get(k, ())})
+            members = set(option)
+            moving = [i for i in touched if any(swaps[i].get(k, k) not in members for k in option)]
+            self._moving[option] = moving
+        return moving
 
     @staticmethod
     def _within(
@@ -1947,8 +1977,9 @@ class _Search:
         if reps is None:
             model = self.model
             seen: dict[tuple[object, ...], tuple[int, int]] = {}
-            for x, a in enumerate(option):
-                for b in option[x:]:
+            (kept,) = model.classes.keep(option)
+            for x, a in enumerate(kept):
+                for b in kept[x:]:
                     ka, kb = model.kinds[a], model.kinds[b]
                     flows = max(ka.tp, kb.tp)
                     link = model.measured_link(ka.pool, kb.pool, flows)
