@@ -14,10 +14,10 @@ from hetc.plan import capability_problems, plan_problems
 from hetc.schema import check_text
 from hetc.schema.spec import Spec
 from hetc.solver.build import batch_shares, build_plan
+from hetc.solver.diagnosis import diagnose
 from hetc.solver.planner import (
     LARGE_CLUSTER_DEVICES,
     default_approximations,
-    diagnose,
     explain_unused,
     plan_spec,
     simulated_objective,

@@ -49,10 +49,11 @@ from typing import Any
 from hetc.costmodel.memory import FrameworkOverhead
 from hetc.costmodel.planning import PlanningModel
 from hetc.costmodel.profile import LayerProfile
+from hetc.costmodel.simulate import simulate
 from hetc.plan import capability_problems
-from hetc.schema.spec import Spec
+from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
-from hetc.solver.planner import Proposal, default_approximations, plan_spec
+from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
 from hetc.solver.search import Candidate, SearchOptions, search
 
 __all__ = [
@@ -77,6 +78,9 @@ CEILING_DEVICES = 1024
 
 DIGITS = 3
 """Significant digits of a suggested budget or floor."""
+
+QUICK_LEAVES = 200
+"""Scored leaves after which a feasibility test stops early when it has found a plan."""
 
 
 def ceiling_nodes(spec: Spec, zone: int, pool: int) -> int:
@@ -146,6 +150,11 @@ def _quotas(spec: Spec, nodes: Callable[[int, int, int], int]) -> Spec:
     return replace(spec, zones=zones)
 
 
+def _with_nodes(spec: Spec, zone: int, pool: int, nodes: int) -> Spec:
+    """`spec` with one pool's quota set to `nodes` whole nodes."""
+    return _quotas(spec, lambda z, p, n: nodes if (z, p) == (zone, pool) else n)
+
+
 def _pool_at(spec: Spec, path: str) -> tuple[int, int]:
     z, p = path.removeprefix("zones[").removesuffix("].quota").split("].pools[")
     return int(z), int(p)
@@ -157,7 +166,7 @@ def apply_fixes(spec: Spec, fixes: Sequence[Fix]) -> Spec:
         if fix.family == "quota":
             z, p = _pool_at(spec, fix.path)
             nodes = int(fix.value) // spec.zones[z].pools[p].gpus_per_node
-            spec = _quotas(spec, lambda zz, pp, n, at=(z, p), v=nodes: v if (zz, pp) == at else n)
+            spec = _with_nodes(spec, z, p, nodes)
         elif fix.family == "max_gpus":
             spec = _constraints(spec, max_gpus=int(fix.value))
         elif fix.family == "budget":
@@ -182,8 +191,8 @@ def removed(spec: Spec, families: Sequence[str]) -> Spec:
 
 def one_step_less(spec: Spec, fix: Fix) -> Fix | None:
     """The fix one resolution step less permissive (None where there is no such value):
-    a node fewer, a device fewer, a budget one unit of its 3rd digit lower, a floor one unit
-    higher."""
+    a node fewer, a device fewer, a budget one step of the grid of DIGITS significant digits
+    lower, a floor one step higher."""
     if fix.family == "quota":
         z, p = _pool_at(spec, fix.path)
         gpn = spec.zones[z].pools[p].gpus_per_node
@@ -191,16 +200,11 @@ def one_step_less(spec: Spec, fix: Fix) -> Fix | None:
         return None if less < 0 else replace(fix, value=less)
     if fix.family == "max_gpus":
         return None if fix.value <= 1 else replace(fix, value=fix.value - 1)
-    digits, exponent = _digits(fix.value)
-    step = -1 if fix.family == "budget" else 1
-    value = float(f"{digits + step}e{exponent}")
-    return None if value <= 0 else replace(fix, value=value)
-
-
-def _digits(value: float) -> tuple[int, int]:
-    """(d, e) with value = d x 10^e and d of DIGITS digits (d may reach 10^DIGITS)."""
-    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
-    return round(value / 10.0**exponent), exponent
+    if fix.value <= 0:
+        return None
+    return replace(
+        fix, value=grid_value(grid_index(fix.value) + (-1 if fix.family == "budget" else 1))
+    )
 
 
 def round_up(value: float) -> float:
@@ -238,7 +242,7 @@ class Oracle:
         self.overhead = overhead
         self.approximations = approximations
         self.measured_points = measured_points
-        self._memo: dict[tuple[object, ...], Candidate | None] = {}
+        self._memo: dict[tuple[object, ...], tuple[Candidate | None, bool]] = {}
         self.solves = 0
 
     def options(self) -> dict[str, Any]:
@@ -252,22 +256,34 @@ class Oracle:
 
     def best(self, spec: Spec) -> Candidate | None:
         """The search's best candidate under `spec`'s objective, if it is inside the
-        capability matrix; None when there is none (then `plan_spec` has no proposal either,
-        except where only a worse candidate is capable: then `plan_spec` decides)."""
+        capability matrix (else `plan_spec`'s best); None when there is none."""
+        return self._memoised(spec, None)[0]
+
+    def witness(self, spec: Spec) -> Candidate | None:
+        """Some feasible candidate, or None when there is none: the search stopped after
+        QUICK_LEAVES scored leaves when that found one (a candidate is a plan, feasibility
+        needs no optimum), the whole search otherwise."""
+        quick, complete = self._memoised(spec, QUICK_LEAVES)
+        return quick if quick is not None or complete else self.best(spec)
+
+    def feasible(self, spec: Spec) -> bool:
+        return self.witness(spec) is not None
+
+    def _memoised(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
         key = (
+            leaves,
             spec.objective,
             spec.constraints,
             spec.training.activation_checkpointing,
             tuple(p.quota for z in spec.zones for p in z.pools),
         )
         if key not in self._memo:
-            self._memo[key] = self._solve(spec)
+            self._memo[key] = self._solve(spec, leaves)
         return self._memo[key]
 
-    def feasible(self, spec: Spec) -> bool:
-        return self.best(spec) is not None
-
-    def _solve(self, spec: Spec) -> Candidate | None:
+    def _solve(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
+        """(the best candidate found, inside the capability matrix, and whether the search
+        was complete)."""
         self.solves += 1
         model = PlanningModel(
             spec,
@@ -278,17 +294,36 @@ class Oracle:
         chosen = (
             default_approximations(model) if self.approximations is None else self.approximations
         )
-        found = search(model, SearchOptions(approximations=chosen)).candidates
+        result = search(model, SearchOptions(approximations=chosen, eval_limit=leaves))
+        found = result.candidates
         if not found:
-            return None
+            return None, result.complete
         plan = build_plan(model, found[0].shape, found[0].assignment, spec_hash="")
         training = spec.training
         if not capability_problems(
             plan, zero_stage=training.zero_stage, precision=training.precision
         ):
-            return found[0]
+            return found[0], result.complete
+        if leaves is not None:
+            return None, False
         proposals = plan_spec(spec, **self.options()).proposals
-        return proposals[0].candidate if proposals else None
+        return (proposals[0].candidate if proposals else None), True
+
+    def proposal(self, spec: Spec) -> Proposal | None:
+        """A plan of `spec` (the witness of `feasible`), built and simulated."""
+        candidate = self.witness(spec)
+        if candidate is None:
+            return None
+        model = PlanningModel(
+            spec,
+            profiles=self.profiles,
+            overhead=self.overhead,
+            measured_points=self.measured_points,
+        )
+        plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=spec_hash(spec))
+        simulation = simulate(plan, spec, profiles=self.profiles, overhead=self.overhead)
+        plan = replace(plan, predictions=predictions_of(simulation))
+        return Proposal(candidate=candidate, plan=plan, simulation=simulation)
 
 
 # -- the least change of one family ------------------------------------------------------
@@ -317,19 +352,23 @@ def _least_true(feasible: Callable[[int], bool], low: int, cap: int) -> int | No
     return high
 
 
+def _pool_test(oracle: Oracle, spec: Spec, zone: int, pool: int) -> Callable[[int], bool]:
+    """Whether `spec` with `n` nodes in one pool is feasible, as a function of n."""
+    return lambda n: oracle.feasible(_with_nodes(spec, zone, pool, n))
+
+
 def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
     """Per pool, the least quota of that pool alone that makes `spec` feasible (one
     alternative each); if no pool alone does, the least k nodes added to every pool."""
     out: list[tuple[Fix, ...]] = []
+    if not oracle.feasible(removed(spec, ["quota"])):
+        return out
     slots = [(z, p) for z, zone in enumerate(spec.zones) for p in range(len(zone.pools))]
     for z, p in slots:
         zone, pool = spec.zones[z], spec.zones[z].pools[p]
         have, gpn = pool.max_nodes, pool.gpus_per_node
 
-        def at(n: int, z: int = z, p: int = p) -> Spec:
-            return _quotas(spec, lambda zz, pp, cur: n if (zz, pp) == (z, p) else cur)
-
-        nodes = _least_true(lambda n: oracle.feasible(at(n)), have, ceiling_nodes(spec, z, p))
+        nodes = _least_true(_pool_test(oracle, spec, z, p), have, ceiling_nodes(spec, z, p))
         if nodes is None:
             continue
         what = f"the quota of {pool.name}@{zone.name} ({nodes} node(s) of {gpn})"
@@ -374,7 +413,7 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
 
 def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     lifted = _constraints(spec, max_gpus=None)
-    found = oracle.best(lifted)
+    found = oracle.witness(lifted)
     if found is None:
         return None
     limit = spec.constraints.max_gpus or 0
@@ -385,32 +424,69 @@ def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     return Fix(family="max_gpus", path="constraints.max_gpus", value=least, what="max_gpus")
 
 
+GRID = 9 * 10 ** (DIGITS - 1)
+"""Numbers of DIGITS significant digits per decade: the budget and floor searches' grid."""
+
+
+def grid_index(value: float) -> int:
+    """The index of `value` rounded down to DIGITS significant digits on the grid."""
+    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
+    return exponent * GRID + round(round_down(value) / 10.0**exponent) - GRID // 9
+
+
+def grid_value(index: int) -> float:
+    exponent, offset = divmod(index, GRID)
+    return float(f"{offset + GRID // 9}e{exponent}")
+
+
 def _budget_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    free = replace(_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
-    cheapest = oracle.best(free)
-    if cheapest is None:
+    """Feasibility grows with the budget: gallop and bisect on the grid from the spec's
+    budget (infeasible) to the cost of any plan without a budget (feasible)."""
+    budget = spec.constraints.max_cost_per_iteration
+    found = oracle.witness(_constraints(spec, max_cost_per_iteration=None))
+    if found is None or budget is None:
         return None
-    value = round_up(cheapest.estimate.cost) if cheapest.estimate.cost > 0 else 0.0
-    for _ in range(DIGITS):
-        if oracle.feasible(_constraints(spec, max_cost_per_iteration=value)):
-            break
-        value = round_up(value * (1 + 10.0**-DIGITS))
+    if found.estimate.cost <= 0:
+        value = 0.0
+    else:
+        low = grid_index(budget) if budget > 0 else grid_index(found.estimate.cost) - 4 * GRID
+        high = max(low + 1, grid_index(round_up(found.estimate.cost)))
+
+        def test(i: int) -> bool:
+            return oracle.feasible(_constraints(spec, max_cost_per_iteration=grid_value(i)))
+
+        least = _least_true(test, low, high)
+        if least is None:
+            return None
+        value = grid_value(least)
     what = "the budget (USD per iteration)"
     return Fix(family="budget", path="constraints.max_cost_per_iteration", value=value, what=what)
 
 
 def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    free = replace(_constraints(spec, min_throughput=None), objective="max_throughput")
-    fastest = oracle.best(free)
-    if fastest is None:
+    """Feasibility falls as the floor rises: gallop and bisect on the grid (negated) from the
+    spec's floor (infeasible) down to the throughput of any plan without a floor."""
+    floor = spec.constraints.min_throughput
+    found = oracle.witness(_constraints(spec, min_throughput=None))
+    if found is None or floor is None:
         return None
-    value = round_down(1.0 / fastest.estimate.iteration_time)
-    for _ in range(DIGITS):
-        if oracle.feasible(_constraints(spec, min_throughput=value)):
-            break
-        value = round_down(value * (1 - 10.0**-DIGITS))
+    reached = 1.0 / found.estimate.iteration_time
+    low = -grid_index(round_up(floor))
+    high = max(low + 1, -grid_index(reached))
+
+    def test(j: int) -> bool:
+        return oracle.feasible(_constraints(spec, min_throughput=grid_value(-j)))
+
+    least = _least_true(test, low, high)
+    if least is None:
+        return None
     what = "the throughput floor (iterations/s)"
-    return Fix(family="throughput floor", path="constraints.min_throughput", value=value, what=what)
+    return Fix(
+        family="throughput floor",
+        path="constraints.min_throughput",
+        value=grid_value(-least),
+        what=what,
+    )
 
 
 def family_fixes(oracle: Oracle, spec: Spec, family: str) -> list[tuple[Fix, ...]]:
@@ -480,8 +556,7 @@ def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
                 alternatives.append(fixes)
     if not alternatives:
         return _memory(oracle, spec)
-    plans = plan_spec(apply_fixes(spec, alternatives[0]), **oracle.options()).proposals
-    plan = plans[0] if plans else None
+    plan = oracle.proposal(apply_fixes(spec, alternatives[0]))
     return Diagnosis(
         binding=" or ".join(binding),
         message=_message(spec, alone, alternatives, plan),
@@ -496,14 +571,14 @@ def _memory(oracle: Oracle, spec: Spec) -> Diagnosis:
     if not training.activation_checkpointing:
         checkpointed = replace(spec, training=replace(training, activation_checkpointing=True))
         if oracle.feasible(checkpointed):
-            plans = plan_spec(checkpointed, **oracle.options()).proposals
+            plan = oracle.proposal(checkpointed)
             return Diagnosis(
                 binding="memory",
                 message="no layout fits the devices' memory within the spec's quotas and"
                 " constraints; with activation checkpointing one does"
-                + (f": {describe(plans[0])}" if plans else ""),
+                + (f": {describe(plan)}" if plan else ""),
                 change="training.activation_checkpointing: true",
-                plan=plans[0] if plans else None,
+                plan=plan,
             )
     return Diagnosis(
         binding="memory",
@@ -570,5 +645,5 @@ def _message(
             " the ones before it"
         )
         body = "; or ".join(" and ".join(change(f) for f in fixes) for fixes in alternatives)
-    tail = f"; with the first, the plan is {describe(plan)}" if plan else ""
+    tail = f"; with the first, a plan that fits: {describe(plan)}" if plan else ""
     return f"{head}: {body}{tail}"
