@@ -425,13 +425,14 @@ def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
 
 
 GRID = 9 * 10 ** (DIGITS - 1)
-"""Numbers of DIGITS significant digits per decade: the budget and floor searches' grid."""
+"""Numbers of DIGITS significant digits per decade: the grid of budgets and floors."""
 
 
 def grid_index(value: float) -> int:
     """The index of `value` rounded down to DIGITS significant digits on the grid."""
     exponent = math.floor(math.log10(value)) - (DIGITS - 1)
-    return exponent * GRID + round(round_down(value) / 10.0**exponent) - GRID // 9
+    scale: float = 10.0**exponent
+    return exponent * GRID + round(round_down(value) / scale) - GRID // 9
 
 
 def grid_value(index: int) -> float:
@@ -440,53 +441,42 @@ def grid_value(index: int) -> float:
 
 
 def _budget_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    """Feasibility grows with the budget: gallop and bisect on the grid from the spec's
-    budget (infeasible) to the cost of any plan without a budget (feasible)."""
-    budget = spec.constraints.max_cost_per_iteration
-    found = oracle.witness(_constraints(spec, max_cost_per_iteration=None))
-    if found is None or budget is None:
+    """The least cost of a plan under the other constraints (the min-cost search), rounded up
+    to the grid; if the verification fails there (the planning model's cost and the search's
+    budget test differ by a rounding hair), the next grid values up."""
+    cheapest = oracle.best(
+        replace(_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
+    )
+    if cheapest is None:
         return None
-    if found.estimate.cost <= 0:
-        value = 0.0
-    else:
-        low = grid_index(budget) if budget > 0 else grid_index(found.estimate.cost) - 4 * GRID
-        high = max(low + 1, grid_index(round_up(found.estimate.cost)))
-
-        def test(i: int) -> bool:
-            return oracle.feasible(_constraints(spec, max_cost_per_iteration=grid_value(i)))
-
-        least = _least_true(test, low, high)
-        if least is None:
-            return None
-        value = grid_value(least)
-    what = "the budget (USD per iteration)"
-    return Fix(family="budget", path="constraints.max_cost_per_iteration", value=value, what=what)
+    if cheapest.estimate.cost <= 0:
+        return None
+    index = grid_index(round_up(cheapest.estimate.cost))
+    for step in range(DIGITS):
+        value = grid_value(index + step)
+        if oracle.feasible(_constraints(spec, max_cost_per_iteration=value)):
+            what = "the budget (USD per iteration)"
+            path = "constraints.max_cost_per_iteration"
+            return Fix(family="budget", path=path, value=value, what=what)
+    return None
 
 
 def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    """Feasibility falls as the floor rises: gallop and bisect on the grid (negated) from the
-    spec's floor (infeasible) down to the throughput of any plan without a floor."""
-    floor = spec.constraints.min_throughput
-    found = oracle.witness(_constraints(spec, min_throughput=None))
-    if found is None or floor is None:
-        return None
-    reached = 1.0 / found.estimate.iteration_time
-    low = -grid_index(round_up(floor))
-    high = max(low + 1, -grid_index(reached))
-
-    def test(j: int) -> bool:
-        return oracle.feasible(_constraints(spec, min_throughput=grid_value(-j)))
-
-    least = _least_true(test, low, high)
-    if least is None:
-        return None
-    what = "the throughput floor (iterations/s)"
-    return Fix(
-        family="throughput floor",
-        path="constraints.min_throughput",
-        value=grid_value(-least),
-        what=what,
+    """The most iterations/s of a plan under the other constraints (the max-throughput
+    search), rounded down to the grid; verified as the budget is."""
+    fastest = oracle.best(
+        replace(_constraints(spec, min_throughput=None), objective="max_throughput")
     )
+    if fastest is None:
+        return None
+    index = grid_index(1.0 / fastest.estimate.iteration_time)
+    for step in range(DIGITS):
+        value = grid_value(index - step)
+        if oracle.feasible(_constraints(spec, min_throughput=value)):
+            what = "the throughput floor (iterations/s)"
+            path = "constraints.min_throughput"
+            return Fix(family="throughput floor", path=path, value=value, what=what)
+    return None
 
 
 def family_fixes(oracle: Oracle, spec: Spec, family: str) -> list[tuple[Fix, ...]]:
