@@ -430,9 +430,9 @@ GRID = 9 * 10 ** (DIGITS - 1)
 
 def grid_index(value: float) -> int:
     """The index of `value` rounded down to DIGITS significant digits on the grid."""
-    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
-    scale: float = 10.0**exponent
-    return exponent * GRID + round(round_down(value) / scale) - GRID // 9
+    exponent: int = math.floor(math.log10(value)) - (DIGITS - 1)
+    digits: int = round(round_down(value) * 10.0 ** (-exponent))
+    return exponent * GRID + digits - GRID // 9
 
 
 def grid_value(index: int) -> float:
