@@ -431,7 +431,7 @@ GRID = 9 * 10 ** (DIGITS - 1)
 def grid_index(value: float) -> int:
     """The index of `value` rounded down to DIGITS significant digits on the grid."""
     exponent: int = math.floor(math.log10(value)) - (DIGITS - 1)
-    digits: int = round(round_down(value) * 10.0 ** (-exponent))
+    digits = int(round_down(value) * 10.0 ** (-exponent) + 0.5)
     return exponent * GRID + digits - GRID // 9
 
 
