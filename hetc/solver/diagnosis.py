@@ -424,7 +424,7 @@ def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     return Fix(family="max_gpus", path="constraints.max_gpus", value=least, what="max_gpus")
 
 
-GRID = 9 * 10 ** (DIGITS - 1)
+GRID = int(9 * 10 ** (DIGITS - 1))
 """Numbers of DIGITS significant digits per decade: the grid of budgets and floors."""
 
 
