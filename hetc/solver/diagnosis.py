@@ -79,6 +79,12 @@ CEILING_DEVICES = 1024
 DIGITS = 3
 """Significant digits of a suggested budget or floor."""
 
+SEARCH_SECONDS = 2.0
+"""Time limit of one search of the diagnosis: a search stopped there with no plan counts as
+infeasible, so a suggestion stays verified but may not be the least (`Diagnosis.proven`
+says so). The planner's search can take minutes on some small specs (min_cost under
+max_gpus); the limit keeps a diagnosis bounded."""
+
 QUICK_LEAVES = 200
 """Scored leaves after which a feasibility test stops early when it has found a plan."""
 
@@ -120,6 +126,9 @@ class Diagnosis:
     """The plan the spec changed by the first alternative gets (None when none was found)."""
     alternatives: tuple[tuple[Fix, ...], ...] = ()
     """Each entry a set of fixes that together make the spec feasible; any one entry does."""
+    proven: bool = True
+    """False when a search stopped at SEARCH_SECONDS: the fixes are verified, not proven
+    least."""
 
 
 def _number(value: float) -> str:
@@ -237,7 +246,11 @@ class Oracle:
         overhead: FrameworkOverhead | None = None,
         approximations: frozenset[str] | None = None,
         measured_points: bool = False,
+        time_limit: float | None = SEARCH_SECONDS,
     ) -> None:
+        self.time_limit = time_limit
+        self.unproven = 0
+        """Searches stopped by the time limit before they proved their answer."""
         self.profiles = tuple(profiles)
         self.overhead = overhead
         self.approximations = approximations
@@ -294,8 +307,13 @@ class Oracle:
         chosen = (
             default_approximations(model) if self.approximations is None else self.approximations
         )
-        result = search(model, SearchOptions(approximations=chosen, eval_limit=leaves))
+        options = SearchOptions(
+            approximations=chosen, eval_limit=leaves, time_limit=self.time_limit
+        )
+        result = search(model, options)
         found = result.candidates
+        if leaves is None and not result.complete:
+            self.unproven += 1
         if not found:
             return None, result.complete
         plan = build_plan(model, found[0].shape, found[0].assignment, spec_hash="")
@@ -547,9 +565,16 @@ def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     if not alternatives:
         return _memory(oracle, spec)
     plan = oracle.proposal(apply_fixes(spec, alternatives[0]))
+    message = _message(spec, alone, alternatives, plan)
+    if oracle.unproven:
+        message += (
+            f" ({oracle.unproven} search(es) stopped at their {oracle.time_limit:g} s limit:"
+            " the change is verified, but a smaller one may exist)"
+        )
     return Diagnosis(
         binding=" or ".join(binding),
-        message=_message(spec, alone, alternatives, plan),
+        message=message,
+        proven=not oracle.unproven,
         change="; or ".join(", ".join(f.line() for f in fixes) for fixes in alternatives),
         plan=plan,
         alternatives=tuple(alternatives),
