@@ -14,10 +14,10 @@ from hetc.plan import capability_problems, plan_problems
 from hetc.schema import check_text
 from hetc.schema.spec import Spec
 from hetc.solver.build import batch_shares, build_plan
+from hetc.solver.diagnosis import diagnose
 from hetc.solver.planner import (
     LARGE_CLUSTER_DEVICES,
     default_approximations,
-    diagnose,
     explain_unused,
     plan_spec,
     simulated_objective,
@@ -152,52 +152,6 @@ def test_unknown_approximation_is_refused() -> None:
         plan_spec(tiny(), approximations=frozenset({"h9"}))
 
 
-def test_budget_diagnosis_names_the_cheapest_cost_and_verifies_it() -> None:
-    """Oracle: the min-cost search of the same spec without a budget."""
-    spec = tiny(constraints="{max_cost_per_iteration: 1e-7 USD}")
-    assert not plan_spec(spec).proposals
-    diagnosis = diagnose(spec)
-    assert diagnosis.binding == "budget"
-    cheapest = (
-        plan_spec(
-            replace(
-                spec,
-                objective="min_cost",
-                constraints=replace(spec.constraints, max_cost_per_iteration=None),
-            )
-        )
-        .proposals[0]
-        .candidate.estimate.cost
-    )
-    assert f"{cheapest:.4g}" in diagnosis.message
-    assert diagnosis.plan is not None
-    suggested = float(diagnosis.change.rsplit(" ", 1)[1])
-    assert cheapest <= suggested <= cheapest * 1.001
-    assert diagnosis.plan.candidate.estimate.cost <= suggested
-
-
-def test_floor_diagnosis_names_the_fastest_throughput_and_verifies_it() -> None:
-    spec = tiny(objective="min_cost", constraints="{min_throughput: 1e9}")
-    diagnosis = diagnose(spec)
-    assert diagnosis.binding == "throughput floor"
-    fastest = (
-        plan_spec(
-            replace(
-                spec,
-                objective="max_throughput",
-                constraints=replace(spec.constraints, min_throughput=None),
-            )
-        )
-        .proposals[0]
-        .candidate.estimate
-    )
-    assert f"{1 / fastest.iteration_time:.4g}" in diagnosis.message
-    assert diagnosis.plan is not None
-    assert 1 / diagnosis.plan.candidate.estimate.iteration_time >= float(
-        diagnosis.change.rsplit(" ", 1)[1]
-    )
-
-
 def test_max_gpus_diagnosis_finds_the_fewest_devices() -> None:
     """Oracle: the smallest device count any plan rents, by scanning max_gpus upwards."""
     spec = tiny(a100=4, v100=4, constraints="{max_gpus: 1}")
@@ -277,11 +231,6 @@ def test_the_search_pauses_the_garbage_collector_and_restores_it(
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
-
-
-def test_a_feasible_spec_has_nothing_to_diagnose() -> None:
-    with pytest.raises(ValueError, match="feasible"):
-        diagnose(tiny())
 
 
 def test_planner_and_simulator_agree_on_every_rank_s_memory() -> None:

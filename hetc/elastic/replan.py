@@ -24,11 +24,11 @@ from dataclasses import dataclass, replace
 from hetc.costmodel.profile import LayerProfile
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
+from hetc.solver.diagnosis import diagnose
 from hetc.solver.given import GivenPlan, GivenPlanError, check_given_plan
 from hetc.solver.planner import (
     PlanningResult,
     Proposal,
-    diagnose,
     plan_spec,
     simulated_objective,
 )

@@ -1,5 +1,5 @@
-"""From a spec to ranked Plans: search, build, simulate, check capability; and, when nothing
-fits, a diagnosis that names the binding constraint and the smallest change that fixes it.
+"""From a spec to ranked Plans: search, build, simulate, check capability; and `--explain`'s
+best plan that uses each unused pool (`diagnosis` explains a spec with no plan).
 
 The search scores candidates with the planning model (`costmodel.planning`); every returned plan
 is then built and run through the event simulator, whose numbers become the plan's
@@ -8,7 +8,6 @@ is then built and run through the event simulator, whose numbers become the plan
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -18,7 +17,7 @@ from hetc.costmodel.planning import PlanningModel
 from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.simulate import Simulation, simulate
 from hetc.plan import Plan, Predictions, capability_problems
-from hetc.schema.spec import Constraints, Spec, spec_hash
+from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
 from hetc.solver.search import (
     APPROXIMATIONS,
@@ -31,12 +30,10 @@ from hetc.solver.search import (
 
 __all__ = [
     "LARGE_CLUSTER_DEVICES",
-    "Diagnosis",
     "Explanation",
     "PlanningResult",
     "Proposal",
     "default_approximations",
-    "diagnose",
     "explain_unused",
     "plan_spec",
 ]
@@ -149,206 +146,6 @@ def predictions_of(simulation: Simulation) -> Predictions:
         egress_cost_per_iteration=simulation.cost.egress,
         peak_memory={r.key: r.memory.total for r in simulation.ranks},
     )
-
-
-# -- diagnosis -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Diagnosis:
-    """Why no plan satisfies the spec, and the smallest change that makes one, verified."""
-
-    binding: str
-    """`budget`, `throughput floor`, `max_gpus`, `quota` or `memory`."""
-    message: str
-    change: str
-    """The change in the spec's own terms (e.g. `constraints.max_cost_per_iteration: 1.45`)."""
-    plan: Proposal | None
-    """The plan the changed spec gets (None when no change found one)."""
-
-
-def _with_constraints(spec: Spec, **changes: Any) -> Spec:
-    return replace(spec, constraints=replace(spec.constraints, **changes))
-
-
-def _best(spec: Spec, **kwargs: Any) -> Proposal | None:
-    result = plan_spec(spec, **kwargs)
-    return result.proposals[0] if result.proposals else None
-
-
-def _round_up(value: float) -> float:
-    """`value` rounded up at its 4th significant digit, so the suggested number is readable
-    and the verification solve cannot fail by a rounding hair."""
-    if value <= 0:
-        return value
-    scale = 10 ** (math.floor(math.log10(value)) - 3)
-    return float(math.ceil(value / scale * (1 - 1e-12)) * scale)
-
-
-def _round_down(value: float) -> float:
-    scale = 10 ** (math.floor(math.log10(value)) - 3)
-    return float(math.floor(value / scale * (1 + 1e-12)) * scale)
-
-
-def _describe(proposal: Proposal) -> str:
-    plan, e = proposal.plan, proposal.candidate.estimate
-    devices: dict[str, int] = {}
-    for stage in plan.stages:
-        for r in stage.replicas:
-            devices[r.device] = devices.get(r.device, 0) + r.tp
-    used = ", ".join(f"{n} x {d}" for d, n in sorted(devices.items()))
-    return (
-        f"{len(plan.stages)} stage(s), {len(plan.pipelines)} pipeline(s), microbatch"
-        f" {plan.microbatch_size}, {used}: {e.iteration_time:.4g} s and {e.cost:.4g} USD"
-        " per iteration"
-    )
-
-
-def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
-    """Find the constraint that makes `spec` infeasible and the smallest change that fixes
-    it, trying in order: the budget, the throughput floor, max_gpus, the quotas, memory. Each
-    suggestion is verified by planning again with it applied."""
-    c = spec.constraints
-    free = _with_constraints(spec, max_cost_per_iteration=None, min_throughput=None)
-    unconstrained = _best(free, **kwargs)
-    if unconstrained is not None:
-        if c.max_cost_per_iteration is None and c.min_throughput is None:
-            raise ValueError("the spec is feasible: there is nothing to diagnose")
-        return _objective_diagnosis(spec, c, **kwargs)
-    relaxed = _relax_resources(spec)
-    found = _best(relaxed, **kwargs)
-    if found is not None:
-        return _resource_diagnosis(spec, found, **kwargs)
-    return Diagnosis(
-        binding="memory",
-        message=(
-            "no layout fits any device's memory, even with every pool's quota and max_gpus"
-            " lifted: the model (with its optimizer state and activations) needs devices with"
-            " more memory, or activation_checkpointing, or a smaller microbatch or model"
-        ),
-        change="a device with more memory (or training.activation_checkpointing: true)",
-        plan=None,
-    )
-
-
-def _objective_diagnosis(spec: Spec, c: Constraints, **kwargs: Any) -> Diagnosis:
-    budget, floor = c.max_cost_per_iteration, c.min_throughput
-    if budget is not None:
-        cheapest = _best(
-            replace(_with_constraints(spec, max_cost_per_iteration=None), objective="min_cost"),
-            **kwargs,
-        )
-        if cheapest is not None:
-            need = cheapest.candidate.estimate.cost
-            if need > budget:
-                suggestion = _round_up(need)
-                fixed = _best(_with_constraints(spec, max_cost_per_iteration=suggestion), **kwargs)
-                return Diagnosis(
-                    binding="budget",
-                    message=(
-                        f"the cheapest feasible plan costs {need:.4g} USD/iteration, above your"
-                        f" {budget:.4g}"
-                        + (f"; at {suggestion:.4g} the plan is {_describe(fixed)}" if fixed else "")
-                    ),
-                    change=f"constraints.max_cost_per_iteration: {suggestion:.4g}",
-                    plan=fixed,
-                )
-    if floor is not None:
-        fastest = _best(
-            replace(_with_constraints(spec, min_throughput=None), objective="max_throughput"),
-            **kwargs,
-        )
-        if fastest is not None:
-            best = 1.0 / fastest.candidate.estimate.iteration_time
-            if best < floor:
-                suggestion = _round_down(best)
-                fixed = _best(_with_constraints(spec, min_throughput=suggestion), **kwargs)
-                return Diagnosis(
-                    binding="throughput floor",
-                    message=(
-                        f"the fastest feasible plan does {best:.4g} iterations/s, below your"
-                        f" floor of {floor:.4g}"
-                        + (f"; at {suggestion:.4g} the plan is {_describe(fixed)}" if fixed else "")
-                    ),
-                    change=f"constraints.min_throughput: {suggestion:.4g}",
-                    plan=fixed,
-                )
-    fixed = _best(_with_constraints(spec, max_cost_per_iteration=None), **kwargs)
-    return Diagnosis(
-        binding="budget and throughput floor",
-        message=(
-            "each constraint can be met alone, but no plan meets the budget and the throughput"
-            " floor together; without the budget the plan is "
-            + (_describe(fixed) if fixed else "still infeasible")
-        ),
-        change="raise constraints.max_cost_per_iteration or lower constraints.min_throughput",
-        plan=fixed,
-    )
-
-
-def _relax_resources(spec: Spec) -> Spec:
-    """The spec with max_gpus dropped and every quota multiplied by 64 (whole nodes)."""
-    zones = tuple(
-        replace(z, pools=tuple(replace(p, quota=p.quota * 64) for p in z.pools)) for z in spec.zones
-    )
-    return replace(_with_constraints(spec, max_gpus=None), zones=zones)
-
-
-def _resource_diagnosis(spec: Spec, found: Proposal, **kwargs: Any) -> Diagnosis:
-    limit = spec.constraints.max_gpus
-    if limit is not None:
-        lifted = _best(_with_constraints(spec, max_gpus=None), **kwargs)
-        if lifted is not None:
-            need = lifted.candidate.estimate.devices
-            fewest = _fewest_devices(spec, need, **kwargs)
-            fixed = _best(_with_constraints(spec, max_gpus=fewest), **kwargs)
-            return Diagnosis(
-                binding="max_gpus",
-                message=(
-                    f"no plan fits in {limit} devices; the smallest feasible plan rents {fewest}"
-                    + (f": {_describe(fixed)}" if fixed else "")
-                ),
-                change=f"constraints.max_gpus: {fewest}",
-                plan=fixed,
-            )
-    model = PlanningModel(spec)
-    needed = []
-    for slot, nodes in zip(model.pools, found.candidate.estimate.nodes, strict=True):
-        have = slot.pool.max_nodes
-        if nodes > have:
-            needed.append((slot, nodes * slot.pool.gpus_per_node))
-    quotas = {(s.zone.name, s.pool.name): devices for s, devices in needed}
-    zones = tuple(
-        replace(
-            z,
-            pools=tuple(replace(p, quota=quotas.get((z.name, p.name), p.quota)) for p in z.pools),
-        )
-        for z in spec.zones
-    )
-    fixed = _best(replace(spec, zones=zones), **kwargs)
-    change = ", ".join(f"{s.label} quota: {d}" for s, d in needed)
-    return Diagnosis(
-        binding="quota",
-        message=(
-            "the quotas are too small for any plan that fits in memory; with "
-            + change
-            + (f" the plan is {_describe(fixed)}" if fixed else "")
-        ),
-        change=change,
-        plan=fixed,
-    )
-
-
-def _fewest_devices(spec: Spec, upper: int, **kwargs: Any) -> int:
-    """The smallest max_gpus with a feasible plan, by bisection between 1 and `upper`."""
-    low, high = 0, upper
-    while high - low > 1:
-        mid = (low + high) // 2
-        if _best(_with_constraints(spec, max_gpus=mid), **kwargs) is None:
-            low = mid
-        else:
-            high = mid
-    return high
 
 
 # -- explanation -----------------------------------------------------------------------------

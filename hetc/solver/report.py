@@ -26,12 +26,11 @@ from hetc.costmodel.profile import LayerProfile, ProfileError
 from hetc.costmodel.simulate import read_spec_profiles
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
+from hetc.solver.diagnosis import Diagnosis, diagnose
 from hetc.solver.planner import (
-    Diagnosis,
     Explanation,
     PlanningResult,
     Proposal,
-    diagnose,
     explain_unused,
     plan_spec,
     simulated_objective,

@@ -1,0 +1,664 @@
+"""Why no plan satisfies a spec, and the least change of each constraint that makes one.
+
+The diagnosis is built on one oracle, `Oracle.feasible`: does the planner's search (with the
+same profiles and approximations `hetc plan` uses) find a plan inside the runtime's
+capability matrix? Every number it suggests is the end of a search over that oracle, and
+every suggestion is re-solved before it is printed.
+
+Constraint families and what "least change" means for each (the resolution in brackets):
+
+- `quota` of one pool [whole nodes: gpus_per_node devices]: the least quota of that pool,
+  every other pool as it is. Feasibility is monotone in a pool's quota (more nodes only add
+  plans), so bisection between the current quota and the least quota known to work finds it.
+  Quotas are searched up to `ceiling_nodes` per pool (the "lifted" quota). When no single
+  pool suffices: the least number k of whole nodes added to every pool (each pool capped at
+  its ceiling), again monotone in k.
+- `max_gpus` [whole devices]: the least max_gpus; monotone (a larger limit only adds plans).
+- budget, `constraints.max_cost_per_iteration` [3 significant digits, rounded up]: the least
+  cost of any plan under the other constraints, read off the min-cost search (feasibility
+  is monotone in the budget: a plan under a budget is under every larger one).
+- throughput floor, `constraints.min_throughput` [3 significant digits, rounded down]: the
+  most iterations/s of any plan under the other constraints, from the max-throughput search
+  (feasibility is decreasing in the floor).
+- memory: no plan exists even with every quota lifted and max_gpus, the budget and the floor
+  removed; the fix is activation checkpointing where that alone makes the spec feasible,
+  else a device with more memory.
+
+Binding: a family whose removal alone (quotas: lifted) makes the spec feasible; every such
+family is named, each with its own least change, any one of which suffices. When none alone
+does, the smallest sets of families whose joint removal does are named (a combination); for
+each, its members get their least change in the order max_gpus, quota, budget, floor, each
+with the earlier members at their suggested value and the later ones removed, so that the
+changes together make the spec feasible and one step less on any member does not (by the
+monotonicity above: a later member's constraint only removes plans).
+
+The monotonicity holds for the exact search; the default `kind-profiles` approximation of
+large clusters (`planner.default_approximations`) narrows the space above a device count, so
+every suggestion is verified by the same planner, and tests/test_solver_diagnosis.py checks
+feasibility at the suggestion and infeasibility one step below it on generated specs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from itertools import combinations
+from typing import Any
+
+from hetc.costmodel.memory import FrameworkOverhead
+from hetc.costmodel.planning import PlanningModel
+from hetc.costmodel.profile import LayerProfile
+from hetc.costmodel.simulate import simulate
+from hetc.plan import capability_problems
+from hetc.schema.spec import Spec, spec_hash
+from hetc.solver.build import build_plan
+from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
+from hetc.solver.search import Candidate, SearchOptions, search
+
+__all__ = [
+    "CEILING_DEVICES",
+    "FAMILIES",
+    "Diagnosis",
+    "Fix",
+    "Oracle",
+    "apply_fixes",
+    "ceiling_nodes",
+    "diagnose",
+    "one_step_less",
+    "removed",
+]
+
+FAMILIES = ("max_gpus", "quota", "budget", "throughput floor")
+"""The numeric constraint families, in the order a combination's members are fixed."""
+
+CEILING_DEVICES = 1024
+"""A pool's quota is searched up to this many devices (or its own quota, if larger): the
+"lifted" quota. A fix needing more of one pool is reported as not found."""
+
+DIGITS = 3
+"""Significant digits of a suggested budget or floor."""
+
+SEARCH_SECONDS = 2.0
+"""Time limit of one search of the diagnosis: a search stopped there with no plan counts as
+infeasible, so a suggestion stays verified but may not be the least (`Diagnosis.proven`
+says so). The planner's search can take minutes on some small specs (min_cost under
+max_gpus); the limit keeps a diagnosis bounded."""
+
+QUICK_LEAVES = 200
+"""Scored leaves after which a feasibility test stops early when it has found a plan."""
+
+
+def ceiling_nodes(spec: Spec, zone: int, pool: int) -> int:
+    """The lifted quota of one pool, in whole nodes."""
+    p = spec.zones[zone].pools[pool]
+    return max(p.max_nodes, CEILING_DEVICES // p.gpus_per_node)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Fix:
+    """One constraint's suggested value, at the spec's own path and in its units."""
+
+    family: str
+    """One of FAMILIES."""
+    path: str
+    """e.g. `constraints.max_gpus` or `zones[0].pools[1].quota`."""
+    value: float
+    what: str
+    """What the value is, in words (names the pool of a quota)."""
+
+    def line(self) -> str:
+        return f"{self.path}: {_number(self.value)}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Diagnosis:
+    """Why no plan satisfies the spec, and the least changes that make one, verified."""
+
+    binding: str
+    """`budget`, `throughput floor`, `max_gpus`, `quota`, `memory`, several joined by ` or `
+    (each alone binds), or by ` and ` (only together)."""
+    message: str
+    change: str
+    """The change in the spec's own terms (e.g. `constraints.max_cost_per_iteration: 1.45`);
+    alternatives are joined by `; or `."""
+    plan: Proposal | None
+    """The plan the spec changed by the first alternative gets (None when none was found)."""
+    alternatives: tuple[tuple[Fix, ...], ...] = ()
+    """Each entry a set of fixes that together make the spec feasible; any one entry does."""
+    proven: bool = True
+    """False when a search stopped at SEARCH_SECONDS: the fixes are verified, not proven
+    least."""
+
+
+def _number(value: float) -> str:
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.{DIGITS}g}"
+
+
+# -- editing a spec ----------------------------------------------------------------------
+
+
+def _constraints(spec: Spec, **changes: Any) -> Spec:
+    return replace(spec, constraints=replace(spec.constraints, **changes))
+
+
+def _quotas(spec: Spec, nodes: Callable[[int, int, int], int]) -> Spec:
+    """`spec` with pool (z, p)'s quota set to `nodes(z, p, current nodes)` whole nodes."""
+    zones = tuple(
+        replace(
+            zone,
+            pools=tuple(
+                replace(pool, quota=nodes(z, p, pool.max_nodes) * pool.gpus_per_node)
+                for p, pool in enumerate(zone.pools)
+            ),
+        )
+        for z, zone in enumerate(spec.zones)
+    )
+    return replace(spec, zones=zones)
+
+
+def _with_nodes(spec: Spec, zone: int, pool: int, nodes: int) -> Spec:
+    """`spec` with one pool's quota set to `nodes` whole nodes."""
+    return _quotas(spec, lambda z, p, n: nodes if (z, p) == (zone, pool) else n)
+
+
+def _pool_at(spec: Spec, path: str) -> tuple[int, int]:
+    z, p = path.removeprefix("zones[").removesuffix("].quota").split("].pools[")
+    return int(z), int(p)
+
+
+def apply_fixes(spec: Spec, fixes: Sequence[Fix]) -> Spec:
+    """`spec` with each fix's value at its path."""
+    for fix in fixes:
+        if fix.family == "quota":
+            z, p = _pool_at(spec, fix.path)
+            nodes = int(fix.value) // spec.zones[z].pools[p].gpus_per_node
+            spec = _with_nodes(spec, z, p, nodes)
+        elif fix.family == "max_gpus":
+            spec = _constraints(spec, max_gpus=int(fix.value))
+        elif fix.family == "budget":
+            spec = _constraints(spec, max_cost_per_iteration=fix.value)
+        else:
+            spec = _constraints(spec, min_throughput=fix.value)
+    return spec
+
+
+def removed(spec: Spec, families: Sequence[str]) -> Spec:
+    """`spec` without the given constraint families (quotas: lifted to their ceiling)."""
+    if "quota" in families:
+        spec = _quotas(spec, lambda z, p, n: max(n, ceiling_nodes(spec, z, p)))
+    if "max_gpus" in families:
+        spec = _constraints(spec, max_gpus=None)
+    if "budget" in families:
+        spec = _constraints(spec, max_cost_per_iteration=None)
+    if "throughput floor" in families:
+        spec = _constraints(spec, min_throughput=None)
+    return spec
+
+
+def one_step_less(spec: Spec, fix: Fix) -> Fix | None:
+    """The fix one resolution step less permissive (None where there is no such value):
+    a node fewer, a device fewer, a budget one step of the grid of DIGITS significant digits
+    lower, a floor one step higher."""
+    if fix.family == "quota":
+        z, p = _pool_at(spec, fix.path)
+        gpn = spec.zones[z].pools[p].gpus_per_node
+        less = int(fix.value) - gpn
+        return None if less < 0 else replace(fix, value=less)
+    if fix.family == "max_gpus":
+        return None if fix.value <= 1 else replace(fix, value=fix.value - 1)
+    if fix.value <= 0:
+        return None
+    return replace(
+        fix, value=grid_value(grid_index(fix.value) + (-1 if fix.family == "budget" else 1))
+    )
+
+
+def round_up(value: float) -> float:
+    """The least number of DIGITS significant digits at or above `value`."""
+    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
+    digits = math.ceil(value / 10.0**exponent - 1e-9)
+    out = float(f"{digits}e{exponent}")
+    return out if out >= value else float(f"{digits + 1}e{exponent}")
+
+
+def round_down(value: float) -> float:
+    """The largest number of DIGITS significant digits at or below `value`."""
+    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
+    digits = math.floor(value / 10.0**exponent + 1e-9)
+    out = float(f"{digits}e{exponent}")
+    return out if out <= value else float(f"{digits - 1}e{exponent}")
+
+
+# -- the oracle --------------------------------------------------------------------------
+
+
+class Oracle:
+    """The planner's search as a feasibility test, memoised on what the diagnosis varies
+    (quotas, constraints, objective, activation checkpointing)."""
+
+    def __init__(
+        self,
+        *,
+        profiles: Sequence[LayerProfile] = (),
+        overhead: FrameworkOverhead | None = None,
+        approximations: frozenset[str] | None = None,
+        measured_points: bool = False,
+        time_limit: float | None = SEARCH_SECONDS,
+    ) -> None:
+        self.time_limit = time_limit
+        self.unproven = 0
+        """Searches stopped by the time limit before they proved their answer."""
+        self.profiles = tuple(profiles)
+        self.overhead = overhead
+        self.approximations = approximations
+        self.measured_points = measured_points
+        self._memo: dict[tuple[object, ...], tuple[Candidate | None, bool]] = {}
+        self.solves = 0
+
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of `plan_spec` that plan as this oracle does."""
+        return {
+            "profiles": self.profiles,
+            "overhead": self.overhead,
+            "approximations": self.approximations,
+            "measured_points": self.measured_points,
+        }
+
+    def best(self, spec: Spec) -> Candidate | None:
+        """The search's best candidate under `spec`'s objective, if it is inside the
+        capability matrix (else `plan_spec`'s best); None when there is none."""
+        return self._memoised(spec, None)[0]
+
+    def witness(self, spec: Spec) -> Candidate | None:
+        """Some feasible candidate, or None when there is none: the search stopped after
+        QUICK_LEAVES scored leaves when that found one (a candidate is a plan, feasibility
+        needs no optimum), the whole search otherwise."""
+        quick, complete = self._memoised(spec, QUICK_LEAVES)
+        return quick if quick is not None or complete else self.best(spec)
+
+    def feasible(self, spec: Spec) -> bool:
+        return self.witness(spec) is not None
+
+    def _memoised(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
+        key = (
+            leaves,
+            spec.objective,
+            spec.constraints,
+            spec.training.activation_checkpointing,
+            tuple(p.quota for z in spec.zones for p in z.pools),
+        )
+        if key not in self._memo:
+            self._memo[key] = self._solve(spec, leaves)
+        return self._memo[key]
+
+    def _solve(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
+        """(the best candidate found, inside the capability matrix, and whether the search
+        was complete)."""
+        self.solves += 1
+        model = PlanningModel(
+            spec,
+            profiles=self.profiles,
+            overhead=self.overhead,
+            measured_points=self.measured_points,
+        )
+        chosen = (
+            default_approximations(model) if self.approximations is None else self.approximations
+        )
+        options = SearchOptions(
+            approximations=chosen, eval_limit=leaves, time_limit=self.time_limit
+        )
+        result = search(model, options)
+        found = result.candidates
+        if leaves is None and not result.complete:
+            self.unproven += 1
+        if not found:
+            return None, result.complete
+        plan = build_plan(model, found[0].shape, found[0].assignment, spec_hash="")
+        training = spec.training
+        if not capability_problems(
+            plan, zero_stage=training.zero_stage, precision=training.precision
+        ):
+            return found[0], result.complete
+        if leaves is not None:
+            return None, False
+        proposals = plan_spec(spec, **self.options()).proposals
+        return (proposals[0].candidate if proposals else None), True
+
+    def proposal(self, spec: Spec) -> Proposal | None:
+        """A plan of `spec` (the witness of `feasible`), built and simulated."""
+        candidate = self.witness(spec)
+        if candidate is None:
+            return None
+        model = PlanningModel(
+            spec,
+            profiles=self.profiles,
+            overhead=self.overhead,
+            measured_points=self.measured_points,
+        )
+        plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=spec_hash(spec))
+        simulation = simulate(plan, spec, profiles=self.profiles, overhead=self.overhead)
+        plan = replace(plan, predictions=predictions_of(simulation))
+        return Proposal(candidate=candidate, plan=plan, simulation=simulation)
+
+
+# -- the least change of one family ------------------------------------------------------
+
+
+def _least_true(feasible: Callable[[int], bool], low: int, cap: int) -> int | None:
+    """The least n in (low, cap] with feasible(n), for a monotone `feasible` false at `low`;
+    None when false at `cap`. Galloping (low + 1, low + 2, low + 4, ...), then bisection:
+    the searches near the answer are the cheap ones, and the cap is solved only when
+    nothing below it is feasible."""
+    step, below = 1, low
+    while True:
+        probe = min(low + step, cap)
+        if feasible(probe):
+            break
+        if probe >= cap:
+            return None
+        below, step = probe, step * 2
+    high = probe
+    while high - below > 1:
+        mid = (below + high) // 2
+        if feasible(mid):
+            high = mid
+        else:
+            below = mid
+    return high
+
+
+def _pool_test(oracle: Oracle, spec: Spec, zone: int, pool: int) -> Callable[[int], bool]:
+    """Whether `spec` with `n` nodes in one pool is feasible, as a function of n."""
+    return lambda n: oracle.feasible(_with_nodes(spec, zone, pool, n))
+
+
+def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
+    """Per pool, the least quota of that pool alone that makes `spec` feasible (one
+    alternative each); if no pool alone does, the least k nodes added to every pool."""
+    out: list[tuple[Fix, ...]] = []
+    if not oracle.feasible(removed(spec, ["quota"])):
+        return out
+    slots = [(z, p) for z, zone in enumerate(spec.zones) for p in range(len(zone.pools))]
+    for z, p in slots:
+        zone, pool = spec.zones[z], spec.zones[z].pools[p]
+        have, gpn = pool.max_nodes, pool.gpus_per_node
+
+        nodes = _least_true(_pool_test(oracle, spec, z, p), have, ceiling_nodes(spec, z, p))
+        if nodes is None:
+            continue
+        what = f"the quota of {pool.name}@{zone.name} ({nodes} node(s) of {gpn})"
+        out.append(
+            (
+                Fix(
+                    family="quota",
+                    path=f"zones[{z}].pools[{p}].quota",
+                    value=nodes * gpn,
+                    what=what,
+                ),
+            )
+        )
+    if out:
+        return out
+    reach = max(
+        ceiling_nodes(spec, z, p) - pool.max_nodes
+        for z, zone in enumerate(spec.zones)
+        for p, pool in enumerate(zone.pools)
+    )
+
+    def added(k: int) -> Spec:
+        return _quotas(spec, lambda z, p, n: min(n + k, max(n, ceiling_nodes(spec, z, p))))
+
+    k = _least_true(lambda k: oracle.feasible(added(k)), 0, reach) if reach > 0 else None
+    if k is None:
+        return []
+    grown = added(k)
+    fixes = tuple(
+        Fix(
+            family="quota",
+            path=f"zones[{z}].pools[{p}].quota",
+            value=pool.quota,
+            what=f"the quota of {pool.name}@{zone.name} ({k} node(s) more)",
+        )
+        for z, zone in enumerate(grown.zones)
+        for p, pool in enumerate(zone.pools)
+        if pool.quota != spec.zones[z].pools[p].quota
+    )
+    return [fixes]
+
+
+def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
+    lifted = _constraints(spec, max_gpus=None)
+    found = oracle.witness(lifted)
+    if found is None:
+        return None
+    limit = spec.constraints.max_gpus or 0
+    cap = max(limit + 1, found.estimate.devices)
+    least = _least_true(lambda n: oracle.feasible(_constraints(spec, max_gpus=n)), limit, cap)
+    if least is None:
+        return None
+    return Fix(family="max_gpus", path="constraints.max_gpus", value=least, what="max_gpus")
+
+
+GRID = int(9 * 10 ** (DIGITS - 1))
+"""Numbers of DIGITS significant digits per decade: the grid of budgets and floors."""
+
+
+def grid_index(value: float) -> int:
+    """The index of `value` rounded down to DIGITS significant digits on the grid."""
+    exponent: int = math.floor(math.log10(value)) - (DIGITS - 1)
+    digits = int(round_down(value) * 10.0 ** (-exponent) + 0.5)
+    return exponent * GRID + digits - GRID // 9
+
+
+def grid_value(index: int) -> float:
+    exponent, offset = divmod(index, GRID)
+    return float(f"{offset + GRID // 9}e{exponent}")
+
+
+def _budget_fix(oracle: Oracle, spec: Spec) -> Fix | None:
+    """The least cost of a plan under the other constraints (the min-cost search), rounded up
+    to the grid; if the verification fails there (the planning model's cost and the search's
+    budget test differ by a rounding hair), the next grid values up."""
+    cheapest = oracle.best(
+        replace(_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
+    )
+    if cheapest is None:
+        return None
+    if cheapest.estimate.cost <= 0:
+        return None
+    index = grid_index(round_up(cheapest.estimate.cost))
+    for step in range(DIGITS):
+        value = grid_value(index + step)
+        if oracle.feasible(_constraints(spec, max_cost_per_iteration=value)):
+            what = "the budget (USD per iteration)"
+            path = "constraints.max_cost_per_iteration"
+            return Fix(family="budget", path=path, value=value, what=what)
+    return None
+
+
+def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
+    """The most iterations/s of a plan under the other constraints (the max-throughput
+    search), rounded down to the grid; verified as the budget is."""
+    fastest = oracle.best(
+        replace(_constraints(spec, min_throughput=None), objective="max_throughput")
+    )
+    if fastest is None:
+        return None
+    index = grid_index(1.0 / fastest.estimate.iteration_time)
+    for step in range(DIGITS):
+        value = grid_value(index - step)
+        if oracle.feasible(_constraints(spec, min_throughput=value)):
+            what = "the throughput floor (iterations/s)"
+            path = "constraints.min_throughput"
+            return Fix(family="throughput floor", path=path, value=value, what=what)
+    return None
+
+
+def family_fixes(oracle: Oracle, spec: Spec, family: str) -> list[tuple[Fix, ...]]:
+    """The least change of one family, the others as in `spec`: alternatives (several only
+    for quotas, one per pool that suffices alone), empty when no value suffices."""
+    if family == "quota":
+        return _quota_fixes(oracle, spec)
+    one = {"max_gpus": _max_gpus_fix, "budget": _budget_fix, "throughput floor": _floor_fix}
+    fix = one[family](oracle, spec)
+    return [] if fix is None else [(fix,)]
+
+
+# -- the diagnosis -----------------------------------------------------------------------
+
+
+def present(spec: Spec) -> list[str]:
+    """The families `spec` constrains (quotas always)."""
+    c = spec.constraints
+    given = {
+        "max_gpus": c.max_gpus is not None,
+        "quota": True,
+        "budget": c.max_cost_per_iteration is not None,
+        "throughput floor": c.min_throughput is not None,
+    }
+    return [f for f in FAMILIES if given[f]]
+
+
+def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fix, ...] | None:
+    """Members' least changes in FAMILIES order, each with the earlier members fixed and the
+    later ones removed."""
+    fixes: list[Fix] = []
+    current = spec
+    for i, family in enumerate(members):
+        options = family_fixes(oracle, removed(current, members[i + 1 :]), family)
+        if not options:
+            return None
+        fixes.extend(options[0])
+        current = apply_fixes(current, options[0])
+    return tuple(fixes)
+
+
+def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
+    """Name the binding constraint(s) of an infeasible spec and the least change of each
+    that makes it feasible (see the module docstring); raises ValueError on a feasible one.
+    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points."""
+    oracle = Oracle(**kwargs)
+    if oracle.feasible(spec):
+        raise ValueError("the spec is feasible: there is nothing to diagnose")
+    families = present(spec)
+    alternatives: list[tuple[Fix, ...]] = []
+    binding: list[str] = []
+    for family in families:
+        found = family_fixes(oracle, spec, family)
+        if found:
+            binding.append(family)
+            alternatives.extend(found)
+    alone = bool(alternatives)
+    for size in range(2, len(families) + 1):
+        if alternatives:
+            break
+        for members in combinations(families, size):
+            if not oracle.feasible(removed(spec, members)):
+                continue
+            fixes = _combination(oracle, spec, members)
+            if fixes is not None:
+                binding.append(" and ".join(members))
+                alternatives.append(fixes)
+    if not alternatives:
+        return _memory(oracle, spec)
+    plan = oracle.proposal(apply_fixes(spec, alternatives[0]))
+    message = _message(spec, alone, alternatives, plan)
+    if oracle.unproven:
+        message += (
+            f" ({oracle.unproven} search(es) stopped at their {oracle.time_limit:g} s limit:"
+            " the change is verified, but a smaller one may exist)"
+        )
+    return Diagnosis(
+        binding=" or ".join(binding),
+        message=message,
+        proven=not oracle.unproven,
+        change="; or ".join(", ".join(f.line() for f in fixes) for fixes in alternatives),
+        plan=plan,
+        alternatives=tuple(alternatives),
+    )
+
+
+def _memory(oracle: Oracle, spec: Spec) -> Diagnosis:
+    training = spec.training
+    if not training.activation_checkpointing:
+        checkpointed = replace(spec, training=replace(training, activation_checkpointing=True))
+        if oracle.feasible(checkpointed):
+            plan = oracle.proposal(checkpointed)
+            return Diagnosis(
+                binding="memory",
+                message="no layout fits the devices' memory within the spec's quotas and"
+                " constraints; with activation checkpointing one does"
+                + (f": {describe(plan)}" if plan else ""),
+                change="training.activation_checkpointing: true",
+                plan=plan,
+            )
+    return Diagnosis(
+        binding="memory",
+        message=(
+            "no layout fits any device's memory, even with every pool's quota lifted to"
+            f" {CEILING_DEVICES} devices and max_gpus, the budget and the floor removed: the"
+            " model (with its optimizer state and activations) needs devices with more"
+            " memory, or activation_checkpointing, or a smaller microbatch or model"
+        ),
+        change="a device with more memory"
+        + (
+            ""
+            if training.activation_checkpointing
+            else " (or training.activation_checkpointing: true)"
+        ),
+        plan=None,
+    )
+
+
+def describe(proposal: Proposal) -> str:
+    """A plan in one phrase: stages, pipelines, microbatch, devices, time and cost."""
+    plan, e = proposal.plan, proposal.candidate.estimate
+    devices: dict[str, int] = {}
+    for stage in plan.stages:
+        for r in stage.replicas:
+            devices[r.device] = devices.get(r.device, 0) + r.tp
+    used = ", ".join(f"{n} x {d}" for d, n in sorted(devices.items()))
+    return (
+        f"{len(plan.stages)} stage(s), {len(plan.pipelines)} pipeline(s), microbatch"
+        f" {plan.microbatch_size}, {used}: {e.iteration_time:.4g} s and {e.cost:.4g} USD"
+        " per iteration"
+    )
+
+
+def _now(spec: Spec, fix: Fix) -> str:
+    c = spec.constraints
+    if fix.family == "quota":
+        z, p = _pool_at(spec, fix.path)
+        return str(spec.zones[z].pools[p].quota)
+    value = {
+        "max_gpus": c.max_gpus,
+        "budget": c.max_cost_per_iteration,
+        "throughput floor": c.min_throughput,
+    }[fix.family]
+    return "none" if value is None else _number(value)
+
+
+def _message(
+    spec: Spec, alone: bool, alternatives: Sequence[tuple[Fix, ...]], plan: Proposal | None
+) -> str:
+    def change(fix: Fix) -> str:
+        return f"{fix.what} {_now(spec, fix)} -> {_number(fix.value)}"
+
+    if alone:
+        head = (
+            "each of these alone makes the spec feasible, at its least value"
+            if len(alternatives) > 1
+            else "the least change that makes the spec feasible"
+        )
+        body = "; or ".join(", ".join(change(f) for f in fixes) for fixes in alternatives)
+    else:
+        head = (
+            "no single constraint's change is enough; together, each at its least value given"
+            " the ones before it"
+        )
+        body = "; or ".join(" and ".join(change(f) for f in fixes) for fixes in alternatives)
+    tail = f"; with the first, a plan that fits: {describe(plan)}" if plan else ""
+    return f"{head}: {body}{tail}"
