@@ -8,6 +8,7 @@ is then built and run through the event simulator, whose numbers become the plan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
