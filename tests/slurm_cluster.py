@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hetc.elastic.slurm import TERMINAL
+
 ROOT = Path(__file__).resolve().parent.parent
 SLURM_SCRIPT = ROOT / "scripts" / "slurm-local.sh"
 """Starts, stops and reports on the local cluster (`bash SLURM_SCRIPT start|stop|status|env`)."""
@@ -23,19 +25,7 @@ SLURM_SCRIPT = ROOT / "scripts" / "slurm-local.sh"
 POLL_S = 0.2
 """How often `wait_for_job` asks `scontrol show job` (`sbatch --wait` polls every 2-10 s)."""
 
-TERMINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "TIMEOUT",
-    }
-)
+TERMINAL_STATES = TERMINAL
 """Job states after which a job (or het-job component) never runs again."""
 
 # Worst first: the overall state of a het job is that of its worst component.

@@ -22,7 +22,7 @@ from hetc.costmodel.profile import (
     fit_bandwidth,
     write_profile,
 )
-from hetc.costmodel.simulate import read_spec_profiles, simulate
+from hetc.costmodel.simulate import read_profiles_for_command, read_spec_profiles, simulate
 from hetc.costmodel.tables import build_stage_tables, peak_memory
 from hetc.plan import Node, Pipeline, Plan, Replica, Stage
 from hetc.schema import check_file
@@ -189,6 +189,38 @@ def test_a_device_no_pool_rents_is_warned_about_and_ignored(tmp_path: Path) -> N
     )
     assert [p.device for p in found] == ["CPU-A"] and found[0].precision == "fp32"
     assert warnings == [f"{other}: profiles 'H100', which no pool of the spec rents: ignored"]
+
+
+def test_a_command_prints_a_refused_profile_and_gets_none(tmp_path: Path) -> None:
+    """read_profiles_for_command: a refused profile is its line and its `To fix:` on stdout and
+    None (the command exits 1); an accepted one comes back, a device not rented is a warning on
+    stderr."""
+    spec = _spec(tmp_path)
+    lines: list[tuple[str, bool]] = []
+
+    def echo(text: str, err: bool = False) -> None:
+        lines.append((text, err))
+
+    bad = _write(tmp_path, _profile(seq_len=64), "bad.json")
+    found = read_profiles_for_command(spec, str(tmp_path), "spec.yaml", [str(bad)], echo)  # type: ignore[arg-type]
+    assert found is None
+    assert [err for _, err in lines] == [False, False]
+    assert "measured at seq_len 64" in lines[0][0]
+    assert lines[1][0].startswith("To fix: list a profile of the spec's training")
+    lines.clear()
+    mine = _write(tmp_path, _profile(), "cpu.json")
+    other = _write(tmp_path, _profile(device="H100"), "h100.json")
+    found = read_profiles_for_command(
+        spec,  # type: ignore[arg-type]
+        str(tmp_path),
+        "spec.yaml",
+        [str(mine), str(other)],
+        echo,
+    )
+    assert found is not None and [p.device for p in found] == ["CPU-A"]
+    assert lines == [
+        (f"hetc: warning: {other}: profiles 'H100', which no pool of the spec rents: ignored", True)
+    ]
 
 
 def _two_stage_plan() -> Plan:

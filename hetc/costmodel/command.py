@@ -8,8 +8,7 @@ from pathlib import Path
 
 from hetc.costmodel.coverage import coverage_lines, plan_coverage, refusal_lines
 from hetc.costmodel.plan_file import PlanFileError, RankChoiceError, read_plan
-from hetc.costmodel.profile import ProfileError
-from hetc.costmodel.simulate import read_spec_profiles, simulate
+from hetc.costmodel.simulate import read_profiles_for_command, simulate
 from hetc.costmodel.summary import simulation_json, simulation_text
 from hetc.schema import EnvironmentProblem, check_file, spec_hash
 from hetc.schema.source import read_plain_text
@@ -59,18 +58,10 @@ def run_simulate_command(
     echo(f"hetc: {plan_path}: read as {read.form}", err=True)
     if layout.spec_hash != spec_hash(spec):
         echo(f"hetc: warning: {plan_path} was made for another version of {spec_path}", err=True)
-    try:
-        profiles = read_spec_profiles(
-            spec,
-            str(spec_path.parent),
-            extra=profile_files,
-            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
-            spec_file=str(spec_path),
-        )
-    except ProfileError as exc:
-        echo(str(exc))
-        if exc.to_fix:
-            echo(f"To fix: {exc.to_fix}")
+    profiles = read_profiles_for_command(
+        spec, str(spec_path.parent), str(spec_path), profile_files, echo
+    )
+    if profiles is None:
         return EXIT_INVALID
     fallbacks = plan_coverage(spec, profiles, layout)
     if strict_profiles and fallbacks:

@@ -499,6 +499,30 @@ def plan_spec_issues(plan: Plan, spec: Spec) -> list[PlanIssue]:
     return problems
 
 
+def read_profiles_for_command(
+    spec: Spec,
+    spec_dir: str,
+    spec_file: str,
+    extra: Sequence[str],
+    echo: Callable[..., None],
+) -> list[LayerProfile] | None:
+    """`read_spec_profiles` for a command: warnings on stderr, and a refused profile printed
+    (its line and its `To fix:`) with None returned, for the command to exit 1."""
+    try:
+        return read_spec_profiles(
+            spec,
+            spec_dir,
+            extra=extra,
+            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
+            spec_file=spec_file,
+        )
+    except ProfileError as exc:
+        echo(str(exc))
+        if exc.to_fix:
+            echo(f"To fix: {exc.to_fix}")
+        return None
+
+
 def read_spec_profiles(
     spec: Spec,
     spec_dir: str,

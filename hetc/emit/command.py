@@ -8,8 +8,7 @@ from pathlib import Path
 
 from hetc.costmodel.coverage import plan_coverage, refusal_lines
 from hetc.costmodel.plan_file import RankChoiceError
-from hetc.costmodel.profile import ProfileError
-from hetc.costmodel.simulate import read_spec_profiles
+from hetc.costmodel.simulate import read_profiles_for_command
 from hetc.emit.compile import CompiledOutput, compile_given, compile_output
 from hetc.emit.output import write_output
 from hetc.schema import EnvironmentProblem
@@ -96,18 +95,10 @@ def run_compile_plan_command(
     a formula; 2 a rank the file does not hold). Nothing is written unless every check passes.
     A file that cannot be read, or an output that must not be replaced, raises
     EnvironmentProblem (exit 4)."""
-    try:
-        profiles = read_spec_profiles(
-            spec,
-            str(spec_path.parent),
-            extra=profile_files,
-            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
-            spec_file=str(spec_path),
-        )
-    except ProfileError as exc:
-        echo(str(exc))
-        if exc.to_fix:
-            echo(f"To fix: {exc.to_fix}")
+    profiles = read_profiles_for_command(
+        spec, str(spec_path.parent), str(spec_path), profile_files, echo
+    )
+    if profiles is None:
         return 1
     try:
         text = read_plain_text(str(plan_path))

@@ -22,8 +22,8 @@ from hetc.costmodel.coverage import (
     plan_coverage,
     refusal_lines,
 )
-from hetc.costmodel.profile import LayerProfile, ProfileError
-from hetc.costmodel.simulate import read_spec_profiles
+from hetc.costmodel.profile import LayerProfile
+from hetc.costmodel.simulate import read_profiles_for_command
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
 from hetc.solver.diagnosis import Diagnosis, diagnose
@@ -227,18 +227,8 @@ def planned_or_diagnosed(
     printing why there is no plan (1 bad profile, or with `strict_profiles` a plan resting
     on a formula; 2 bad option; 3 infeasible with diagnosis). `measured_points` (implied by
     `strict_profiles`) searches only the points the profiles timed."""
-    try:
-        profiles = read_spec_profiles(
-            spec,
-            spec_dir,
-            extra=profile_files,
-            warn=lambda message: echo(f"hetc: warning: {message}", err=True),
-            spec_file=spec_file,
-        )
-    except ProfileError as exc:
-        echo(str(exc))
-        if exc.to_fix:
-            echo(f"To fix: {exc.to_fix}")
+    profiles = read_profiles_for_command(spec, spec_dir, spec_file, profile_files, echo)
+    if profiles is None:
         return 1
     for profile in profiles:
         echo(f"hetc: {profile.device}: measured profile {profile.source}", err=True)
