@@ -143,6 +143,15 @@ def test_every_command_line_of_the_readme_exists() -> None:
         assert runner.invoke(app, [*help_words, "--help"]).exit_code == 0, line
 
 
+def test_every_relative_link_of_the_readme_exists() -> None:
+    """Each relative link in README.md points at a file of the checkout."""
+    text = README.read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text)
+    assert "docs/capabilities.yaml" in links
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert missing == []
+
+
 def test_no_sentence_calls_a_capability_unfinished() -> None:
     """No sentence of README, docs or a module docstring says a capability is not done."""
     assert unfinished_claims(_prose()) == []
