@@ -26,6 +26,7 @@ ANNOTATIONS = frozenset(
         "default",
         "definitions",
         "x-quantity",
+        "x-shorthand",
         "x-error",
         "x-why",
     }

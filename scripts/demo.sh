@@ -24,7 +24,8 @@ find -L demo-out -type f | sort | sed -n '1,12p'
 echo "  ... $(find -L demo-out -type f | wc -l) files; the report begins:"
 sed -n '1,40p' demo-out/report.md
 
-# Training needs the runtime extra; torch first and pinned (an unpinned torch pulls CUDA).
+# Training needs the runtime extra; torch first and pinned (README, Installing torch: where
+# pip has no local CPU wheel this is the CUDA build unless pip is pointed at the CPU index).
 echo
 echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-train --from-scratch"
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0

@@ -24,6 +24,9 @@ def _kind(node: dict[str, Any], definitions: dict[str, Any]) -> str:
         return " \\| ".join(f"`{v}`" for v in node["enum"])
     if "const" in node:
         return f"`{node['const']}`"
+    if "x-shorthand" in node:
+        names = node["properties"][node["x-shorthand"]]["enum"]
+        return "mapping, or a name: " + " \\| ".join(f"`{n}`" for n in names)
     kind = node.get("type", "")
     if kind == "array":
         items = node.get("items", {})

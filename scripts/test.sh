@@ -24,7 +24,8 @@ if [ ! -x .venv/bin/python ] && ! "$python" -m venv .venv; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv
     "$python" -m venv .venv
 fi
-# torch first and pinned: an unpinned torch (or deepspeed's `torch>=2`) pulls a multi-GB CUDA build.
+# torch first and pinned, before deepspeed's `torch>=2` can pick another; the CPU build only
+# where pip has a local CPU wheel or the CPU index (README, Installing torch).
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e ".[runtime,dev]"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from typer.testing import CliRunner
@@ -23,8 +23,10 @@ from hetc.cli import app
 from hetc.costmodel.profile import LayerProfile, read_profile, write_profile
 from hetc.costmodel.published import (
     SAILOR_BUILDS,
+    Imported,
     NotThisModel,
     architecture_spelling,
+    grouped_warnings,
     import_sailor_profile,
     import_sailor_tree,
     profile_file_name,
@@ -446,3 +448,43 @@ def test_tree_import_returns_every_profile(tmp_path: Path) -> None:
     _tree(tmp_path)
     imported, skipped = import_sailor_tree(tmp_path)
     assert [i.profile.model for i in imported] == ["TOY"] and skipped == []
+
+
+def test_grouped_warnings_name_each_warning_once_with_its_models_and_devices() -> None:
+    """A warning shared by profiles is one line: models with the same devices share a list."""
+    profile = cast(LayerProfile, None)
+
+    def one(model: str, device: str, *warnings: str) -> Imported:
+        return Imported(
+            profile=profile, sailor_model=model, sailor_device=device, warnings=warnings
+        )
+
+    lines = grouped_warnings(
+        [
+            one("M", "A", "about M", "about A"),
+            one("M", "B", "about M"),
+            one("N", "A", "about N", "about A"),
+            one("K", "B", "about A"),
+        ]
+    )
+    assert lines == ["M (A, B): about M", "M, N (A); K (B): about A", "N (A): about N"]
+
+
+@needs_data
+def test_tree_import_prints_each_distinct_warning_once(tmp_path: Path) -> None:
+    """Sailor's tree: one line per distinct warning, each naming every profile it concerns."""
+    imported, _skipped = import_sailor_tree(SAILOR_DATA)
+    raw = {(i.sailor_model, i.sailor_device, w) for i in imported for w in i.warnings}
+    result = runner.invoke(app, ["profile", "import", str(SAILOR_DATA), "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = [
+        line.removeprefix("hetc: warning: ")
+        for line in result.stderr.splitlines()
+        if line.startswith("hetc: warning: ") and not line.startswith("hetc: warning: skipped")
+    ]
+    texts = {w for _m, _d, w in raw}
+    assert len(lines) == len(texts) < len(raw)
+    for line in lines:
+        warning = next(w for w in texts if line.endswith(f"): {w}"))
+        concerned = {(m, d) for m, d, w in raw if w == warning}
+        assert all(m in line and d in line for m, d in concerned), line

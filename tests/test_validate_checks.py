@@ -148,7 +148,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     (
         "zero stage 3",
         lambda d: d["training"].update(zero_stage=3),
-        "training.zero_stage: ZeRO stage 3 is not supported yet (use 0, 1 or 2",
+        "training.zero_stage: ZeRO stage 3 is not supported (use 0, 1 or 2",
     ),
     (
         "zero stage 4",

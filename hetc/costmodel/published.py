@@ -585,9 +585,8 @@ def run_import_command(source: Path, output: Path, *, echo: Echo) -> int:
         return 1
     for line in skipped:
         echo(f"hetc: warning: {line}", err=True)
-    for _, one in targets:
-        for warning in one.warnings:
-            echo(f"hetc: warning: {one.sailor_model}/{one.sailor_device}: {warning}", err=True)
+    for line in grouped_warnings([one for _, one in targets]):
+        echo(f"hetc: warning: {line}", err=True)
     try:
         if source.is_dir():
             output.mkdir(parents=True, exist_ok=True)
@@ -602,6 +601,28 @@ def run_import_command(source: Path, output: Path, *, echo: Echo) -> int:
         )
         return 4
     return 0
+
+
+def grouped_warnings(imported: list[Imported]) -> list[str]:
+    """One line per distinct warning, naming the models and devices it concerns
+    (`OPT-350 (A100-40, V100-16): ...`; models with the same devices share the parentheses),
+    in the order the warnings first appear: a tree's warnings are mostly about a model or a
+    device and would otherwise repeat once per profile."""
+    concerned: dict[str, dict[str, list[str]]] = {}
+    for one in imported:
+        for warning in one.warnings:
+            models = concerned.setdefault(warning, {})
+            models.setdefault(one.sailor_model, []).append(one.sailor_device)
+    lines = []
+    for warning, models in concerned.items():
+        by_devices: dict[tuple[str, ...], list[str]] = {}
+        for model, devices in models.items():
+            by_devices.setdefault(tuple(dict.fromkeys(devices)), []).append(model)
+        who = "; ".join(
+            f"{', '.join(names)} ({', '.join(devices)})" for devices, names in by_devices.items()
+        )
+        lines.append(f"{who}: {warning}")
+    return lines
 
 
 def _summary(profile: LayerProfile) -> str:

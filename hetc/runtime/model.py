@@ -35,7 +35,9 @@ the two in step).
 The vocabulary is padded to a multiple of `hetc.plan.settings.VOCAB_PAD` (one value the cost
 model's parameter count reads too) so that every TP degree of the plan splits it equally,
 whatever the plan; the padded rows start at zero, are never a valid id or target, and their
-logits count as -inf. Dropout is not implemented (rate 0).
+logits count as -inf. Dropout (`training.dropout`) is residual dropout whose masks derive from
+the seed, the step and each sample's index in the batch (`DropoutKey`), never the plan, so
+every plan drops the same elements.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from hetc.schema.diagnostics import Diagnostic, EnvironmentProblem, Finding, dotted
 from hetc.schema.semantic import semantic_findings
+from hetc.schema.shorthands import expand_shorthands
 from hetc.schema.source import SourceMap, SyntaxProblem, parse, read_text
 from hetc.schema.spec import Spec, build_spec, spec_hash
 from hetc.schema.structure import non_finite_numbers, spec_schema_text, structural_findings
@@ -57,20 +58,21 @@ def check_file(filename: str) -> CheckResult:
 def check_text(text: str, filename: str = "<spec>", spec_dir: str = ".") -> CheckResult:
     """Check spec text as if read from `filename` (relative paths resolve from `spec_dir`)."""
     try:
-        data, positions = parse(text)
+        parsed, positions = parse(text)
     except SyntaxProblem as exc:
         diagnostics = tuple(
             Diagnostic(filename, p.line, p.column, dotted(p.path), p.message) for p in exc.problems
         )
         return CheckResult(filename, diagnostics, None)
-    if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"a single value ({data!r:.40})"
+    if not isinstance(parsed, dict):
+        kind = "a list" if isinstance(parsed, list) else f"a single value ({parsed!r:.40})"
         return _unreadable(
             filename,
             1,
             1,
             f"a spec is a mapping of keys (version:, name:, model:, ...); this file holds {kind}",
         )
+    data = expand_shorthands(parsed)
     findings = list(non_finite_numbers(data))
     findings += structural_findings(data)
     structural_paths = {f.path for f in findings}

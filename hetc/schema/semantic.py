@@ -120,7 +120,7 @@ def _training(data: dict[str, Any]) -> Iterator[Finding]:
     if _int(training.get("zero_stage")) == 3:
         yield Finding(
             ("training", "zero_stage"),
-            "ZeRO stage 3 is not supported yet (use 0, 1 or 2; 2 shards gradients and optimizer"
+            "ZeRO stage 3 is not supported (use 0, 1 or 2; 2 shards gradients and optimizer"
             " states)",
         )
     optimizer = _dict(training.get("optimizer"))

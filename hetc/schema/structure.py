@@ -140,6 +140,8 @@ def finding_of(error: SchemaError) -> Finding:
         return Finding((*path, key), f"unknown key {key!r}{suggestion}", at_key=True)
     if quantity:
         return Finding(path, _quantity_message(value, quantity))
+    if "x-shorthand" in schema and kind in ("type", "pattern"):
+        return Finding(path, _shorthand_message(value, schema))
     if kind == "type":
         return Finding(path, f"expected {_expected(expected)}, got {describe_value(value)}")
     if kind == "enum":
@@ -182,6 +184,16 @@ def _quantity_message(value: Any, dimension: str) -> str:
     except UnitError as exc:
         return str(exc)
     return f"{value!r} is out of range: use {DIMENSIONS[dimension].describe()}"
+
+
+def _shorthand_message(value: Any, schema: dict[str, Any]) -> str:
+    key = schema["x-shorthand"]
+    names = [str(n) for n in schema["properties"][key]["enum"]]
+    hint = did_you_mean(value, names) if isinstance(value, str) else ""
+    return (
+        f"{describe_value(value)} is not one of {' | '.join(names)}{hint}"
+        f" (write one of those names, or a mapping such as {{{key}: {names[0]}, ...}})"
+    )
 
 
 def _pattern_message(value: str, schema: dict[str, Any]) -> str:
