@@ -304,4 +304,5 @@ def dns_label(text: str, limit: int = 63) -> str:
     if label == text and len(label) <= limit:
         return label
     digest = hashlib.sha256(text.encode()).hexdigest()[:6]
-    return f"{label[: limit - 7].rstrip('-')}-{digest}"
+    prefix = label[: max(0, limit - 7)].rstrip("-")
+    return f"{prefix}-{digest}" if prefix else digest[:limit]

@@ -9,8 +9,8 @@ at its `JOB_COMPLETION_INDEX` in its Job's list.
 
 What the manifests assume, documented in docs/compile.md: an image with hetc's runtime (torch,
 deepspeed, hetc; IMAGE below unless edited), the compiled output copied to `out/` on a
-ReadWriteMany volume claimed as `hetc-out` (the pods run there, and write their run directory
-beside it), GPU nodes labelled `hetc.dev/device=<device>` with the spec's device name and the
+ReadWriteMany volume claimed as `hetc-out`, mounted at /hetc (the pods run there and write
+their run directory beside it, in `run/`), GPU nodes labelled `hetc.dev/device=<device>` with the spec's device name and the
 NVIDIA device plugin (`nvidia.com/gpu`). A pod asks for one node's devices (GPUs, or CPU cores
 for a CPU device) and stops without restarts: resuming is left to whoever applies the
 manifests again (every run starts from the newest complete checkpoint).
@@ -78,8 +78,8 @@ def _command(context: LaunchContext, site: LaunchSite, group: PoolNodes, head: s
     return (
         f"scripts=({scripts})\n"
         f"{endpoint}"
-        f'export HETC_RUN_DIR="${{HETC_RUN_DIR:-{MOUNT}/run}}"\n'
-        f'exec bash "{MOUNT}/out/launch/${{scripts[$JOB_COMPLETION_INDEX]}}"\n'
+        'export HETC_RUN_DIR="${HETC_RUN_DIR:-$PWD/run}"\n'
+        'exec bash "out/launch/${scripts[$JOB_COMPLETION_INDEX]}"\n'
     )
 
 
