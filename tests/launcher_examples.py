@@ -3,6 +3,8 @@ not move when the search does), and the launch files hetc writes for them."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,3 +58,14 @@ def nodes_per_pool(stem: str) -> Counter[tuple[str, str]]:
     topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
     busy = {p.node for p in topology.processes}
     return Counter((n.zone, n.pool) for n in plan.nodes if n.id in busy)
+
+
+def shellcheck_problems(script: str, directory: Path) -> str:
+    """shellcheck's findings on a bash snippet (empty when clean); fails without shellcheck
+    (scripts/test.sh installs Debian's package)."""
+    if shutil.which("shellcheck") is None:
+        raise AssertionError("shellcheck is not installed: scripts/test.sh installs it")
+    path = directory / "snippet.sh"
+    path.write_text("#!/usr/bin/env bash\n" + script, encoding="utf-8")
+    done = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
+    return done.stdout

@@ -19,7 +19,13 @@ import pytest
 import yaml
 
 from hetc.emit.launchers.kubernetes import DEVICE_LABEL
-from tests.launcher_examples import EXAMPLES, example_files, example_spec, nodes_per_pool
+from tests.launcher_examples import (
+    EXAMPLES,
+    example_files,
+    example_spec,
+    nodes_per_pool,
+    shellcheck_problems,
+)
 
 VERSION = kubernetes_validate.latest_version()
 
@@ -156,3 +162,13 @@ def test_kubernetes_validate_refuses_a_broken_field(old: str, new: str) -> None:
     job = _documents(text.replace(old, new))[1]
     with pytest.raises(kubernetes_validate.ValidationError):
         _validate(job)
+
+
+@pytest.mark.parametrize("stem", ["slurm-local-cpu", "opt350m-5zones"])
+def test_pod_commands_pass_shellcheck(stem: str, tmp_path: Path) -> None:
+    """Every pod command hetc writes is clean under shellcheck."""
+    for path, text in example_files(stem, ("kubernetes",)).items():
+        if path.startswith("launch/kubernetes/"):
+            for job in _documents(text)[1:]:
+                command = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+                assert shellcheck_problems(command, tmp_path) == "", path

@@ -17,7 +17,13 @@ import yaml
 from sky.utils import dag_utils
 
 from hetc.emit.launchers.skypilot import ACCELERATORS
-from tests.launcher_examples import EXAMPLES, example_files, example_spec, nodes_per_pool
+from tests.launcher_examples import (
+    EXAMPLES,
+    example_files,
+    example_spec,
+    nodes_per_pool,
+    shellcheck_problems,
+)
 
 
 def _load(text: str) -> list[object]:
@@ -116,8 +122,8 @@ def test_job_group_names_its_first_tasks_head_and_multi_site_needs_an_endpoint(
     (text,) = [t for p, t in example_files("gptneo-a100-v100", ("skypilot",)).items() if "sky" in p]
     header, first, second = yaml.safe_load_all(text)
     assert header == {"name": "hetc-gptneo-a100-v100-campus", "execution": "parallel"}
-    head = f"{first['name']}-0.{header['name']}:29500"
-    assert f'HETC_RDZV_ENDPOINT="{head}"' in first["run"] and head in second["run"]
+    host = f'head_host="{first["name"]}-0.{header["name"]}"'
+    assert host in first["run"] and host in second["run"]
     files = example_files("opt350m-5zones", ("skypilot",))
     run = _run_block(files["launch/skypilot/us-central1-b.yaml"])
     count = run.split("scripts=(", 1)[1].split(")", 1)[0].count(".sh")
@@ -152,3 +158,14 @@ def test_skypilots_loader_refuses_a_broken_field(old: str, new: str, message: st
     assert old in text
     with pytest.raises(Exception, match=message):
         _load(text.replace(old, new))
+
+
+@pytest.mark.parametrize("stem", ["gptneo-a100-v100", "opt350m-5zones", "local-cpu"])
+def test_setup_and_run_pass_shellcheck(stem: str, tmp_path: Path) -> None:
+    """Every setup and run block hetc writes is clean under shellcheck."""
+    for path, text in example_files(stem, ("skypilot",)).items():
+        if path.startswith("launch/skypilot/"):
+            for document in yaml.safe_load_all(text):
+                for key in ("setup", "run"):
+                    if key in document:
+                        assert shellcheck_problems(document[key], tmp_path) == "", path

@@ -7,13 +7,14 @@ site's first Job is the rendezvous when the site starts the whole plan, else HET
 must be set in the manifests (the same host:port for every site). Each pod runs the node script
 at its `JOB_COMPLETION_INDEX` in its Job's list.
 
-What the manifests assume, documented in docs/compile.md: an image with hetc's runtime (torch,
-deepspeed, hetc; IMAGE below unless edited), the compiled output copied to `out/` on a
+What the manifests assume, documented in docs/launchers.md: an image with hetc's runtime
+(torch, deepspeed, hetc; IMAGE below unless edited), the compiled output copied to `out/` on a
 ReadWriteMany volume claimed as `hetc-out`, mounted at /hetc (the pods run there and write
-their run directory beside it, in `run/`), GPU nodes labelled `hetc.dev/device=<device>` with the spec's device name and the
-NVIDIA device plugin (`nvidia.com/gpu`). A pod asks for one node's devices (GPUs, or CPU cores
-for a CPU device) and stops without restarts: resuming is left to whoever applies the
-manifests again (every run starts from the newest complete checkpoint).
+their run directory beside it, in `run/`), GPU nodes labelled `hetc.dev/device=<device>` with
+the spec's device name, and the NVIDIA device plugin (`nvidia.com/gpu`). A pod asks for one
+node's devices (GPUs, or CPU cores for a CPU device) and stops without restarts: resuming is
+left to whoever applies the manifests again (every run starts from the newest complete
+checkpoint).
 """
 
 from __future__ import annotations

@@ -65,10 +65,11 @@ def _resources(context: LaunchContext, site: LaunchSite, group: PoolNodes) -> li
 def _run(context: LaunchContext, site: LaunchSite, group: PoolNodes, head: str | None) -> str:
     scripts = " ".join(n.script for n in group.nodes)
     if site.whole_plan:
-        where = head or '$(echo "$SKYPILOT_NODE_IPS" | head -n 1)'
+        where = f'"{head}"' if head else '$(echo "$SKYPILOT_NODE_IPS" | head -n 1)'
         endpoint = (
             'if [[ -z "${HETC_RDZV_ENDPOINT:-}" ]]; then\n'
-            f'    export HETC_RDZV_ENDPOINT="{where}:{context.rdzv_port}"\nfi\n'
+            f"    head_host={where}\n"
+            f'    export HETC_RDZV_ENDPOINT="$head_host:{context.rdzv_port}"\nfi\n'
         )
     else:
         endpoint = (
@@ -92,7 +93,7 @@ def _run(context: LaunchContext, site: LaunchSite, group: PoolNodes, head: str |
 
 def _setup(context: LaunchContext, site: LaunchSite) -> str:
     prologue = context.prologues.get(site.site.name)
-    lines = f'source "launch/{prologue}"\n' if prologue else ""
+    lines = f'# shellcheck source=/dev/null\nsource "launch/{prologue}"\n' if prologue else ""
     return (
         f"{lines}"
         'if ! command -v "${HETC_TORCHRUN:-torchrun}" >/dev/null; then\n'
