@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -148,3 +149,33 @@ def test_compile_with_launchers_is_deterministic_and_yaml_is_not_executable(
     for path in ("launch/skypilot/ci.yaml", "launch/kubernetes/ci.yaml"):
         assert not (tmp_path / "a" / path).stat().st_mode & stat.S_IXUSR
     assert (tmp_path / "a" / "launch/node0000.sh").stat().st_mode & stat.S_IXUSR
+
+
+def test_compile_plan_writes_the_launchers_asked_for(tmp_path: Path) -> None:
+    """`hetc compile --plan FILE --launcher kubernetes` compiles the stored plan with manifests."""
+    spec = ROOT / "examples" / "slurm-local-cpu.yaml"
+    out = tmp_path / "o"
+    result = runner.invoke(
+        app,
+        [
+            "compile",
+            str(spec),
+            "--plan",
+            str(DATA / "slurm-local-cpu.plan.json"),
+            "-o",
+            str(out),
+            "--launcher",
+            "kubernetes",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert "launch/kubernetes/ci.yaml" in written
+    assert not [p for p in written if p.endswith(".sbatch") or "skypilot" in p]
+    expected = example_files("slurm-local-cpu", ("kubernetes",))["launch/kubernetes/ci.yaml"]
+
+    def unhashed(text: str) -> str:
+        """The manifests without the plan hash (the given plan is re-simulated on compile)."""
+        return re.sub(r'(plan |hetc.dev/plan: ")[0-9a-f]{12}', r"\1PLAN", text)
+
+    assert unhashed((out / "launch/kubernetes/ci.yaml").read_text()) == unhashed(expected)

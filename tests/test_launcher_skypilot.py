@@ -122,8 +122,22 @@ def test_job_group_names_its_first_tasks_head_and_multi_site_needs_an_endpoint(
     (text,) = [t for p, t in example_files("gptneo-a100-v100", ("skypilot",)).items() if "sky" in p]
     header, first, second = yaml.safe_load_all(text)
     assert header == {"name": "hetc-gptneo-a100-v100-campus", "execution": "parallel"}
-    host = f'head_host="{first["name"]}-0.{header["name"]}"'
-    assert host in first["run"] and host in second["run"]
+    host = f"{first['name']}-0.{header['name']}"
+    group = example_files("gptneo-a100-v100", ("skypilot",))
+    group_out = _fake_output(tmp_path / "group", group)
+    for task, rank in ((first, 0), (second, 5)):
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path),
+            "SKYPILOT_NUM_NODES": str(task["num_nodes"]),
+            "SKYPILOT_NODE_RANK": str(rank),
+        }
+        done = subprocess.run(
+            ["bash", "-c", task["run"]], cwd=group_out, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        listed = task["run"].split("scripts=(", 1)[1].split(")", 1)[0].split()
+        assert done.stdout.split()[:2] == [listed[rank], f"{host}:29500"]
     files = example_files("opt350m-5zones", ("skypilot",))
     run = _run_block(files["launch/skypilot/us-central1-b.yaml"])
     count = run.split("scripts=(", 1)[1].split(")", 1)[0].count(".sh")
