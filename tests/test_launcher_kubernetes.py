@@ -18,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from hetc.emit.launch import SHUTDOWN_MARGIN, TERM_GRACE
 from hetc.emit.launchers.kubernetes import DEVICE_LABEL
 from tests.launcher_examples import (
     EXAMPLES,
@@ -172,3 +173,12 @@ def test_pod_commands_pass_shellcheck(stem: str, tmp_path: Path) -> None:
             for job in _documents(text)[1:]:
                 command = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
                 assert shellcheck_problems(command, tmp_path) == "", path
+
+
+def test_pods_outlast_the_ranks_checkpoint_grace() -> None:
+    """Kubernetes' SIGKILL comes after torchrun's own (HETC_TERM_GRACE + its margin)."""
+    text = example_files("local-cpu", ("kubernetes",))["launch/kubernetes/local.yaml"]
+    job = _documents(text)[1]
+    assert job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > (
+        TERM_GRACE + SHUTDOWN_MARGIN
+    )

@@ -43,6 +43,13 @@ def _label_value(text: str) -> str:
     return value.strip("-_.")[:63].strip("-_.") or "x"
 
 
+def _grace(context: LaunchContext) -> int:
+    """Seconds between the pod's SIGTERM and SIGKILL: the ranks' grace, torchrun's margin
+    after it, and as much again for the node script to exit."""
+    common = context.common
+    return int(common["term_grace"]) + 2 * int(common["shutdown_margin"])
+
+
 def _service(name: str, labels: dict[str, str], port: int) -> str:
     return "\n".join(
         [
@@ -136,7 +143,7 @@ def _job(
                 "    spec:",
                 f"      subdomain: {_q(service)}",
                 "      restartPolicy: Never",
-                f"      terminationGracePeriodSeconds: {context.common['term_grace'] + 5}",
+                f"      terminationGracePeriodSeconds: {_grace(context)}",
                 *selector,
                 "      containers:",
                 "        - name: node",
