@@ -176,7 +176,8 @@ class LaunchSite:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaunchContext:
-    """What a launcher needs from the compiled plan."""
+    """What a launcher needs from the compiled plan. The command each node runs is its node
+    script, `bash launch/<LaunchNode.script>` from the compiled output, whatever starts it."""
 
     spec: Spec
     plan: Plan
@@ -189,10 +190,6 @@ class LaunchContext:
     rdzv_port: int
     common: Mapping[str, Any]
     """Values every template reads (version, spec name, plan hash, node count, ...)."""
-
-    def node_command(self, node: LaunchNode) -> str:
-        """The command line that starts a node, relative to the compiled output."""
-        return f"bash launch/{node.script}"
 
 
 class Launcher(Protocol):
