@@ -310,10 +310,27 @@ def compile_command(
         ),
     ] = None,
     rank: RankOption = None,
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            "--launcher",
+            help="Launch files to write for every site, comma-separated: torchrun, slurm,"
+            " skypilot, kubernetes (default: each site's scheduler; node scripts always).",
+        ),
+    ] = None,
 ) -> None:
     """Plan the spec (or take --plan) and write plan, topology, DeepSpeed configs, launch
     scripts and report."""
     from hetc.emit.command import run_compile_command, run_compile_plan_command
+    from hetc.emit.launchers import UnknownLauncher, parse_launchers
+
+    launchers = None
+    if launcher is not None:
+        try:
+            launchers = parse_launchers(launcher)
+        except UnknownLauncher as exc:
+            typer.echo(f"hetc: {exc}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
 
     searching = {
         "--top": top is not None,
@@ -346,6 +363,7 @@ def compile_command(
             profile_files=[str(p) for p in profile or ()],
             strict_profiles=strict_profiles,
             rank=rank,
+            launchers=launchers,
         )
         if code:
             raise typer.Exit(code)
@@ -365,6 +383,7 @@ def compile_command(
         profile_files=[str(p) for p in profile or ()],
         strict_profiles=strict_profiles,
         measured_points=measured_points,
+        launchers=launchers,
     )
     if code:
         raise typer.Exit(code)

@@ -1,4 +1,5 @@
-"""Plan to files: topology per rank, DeepSpeed configs, torchrun and Slurm scripts, report.
+"""Plan to files: topology per rank, DeepSpeed configs, launch files, report.
 
-Renders the jinja2 templates shipped in `hetc/templates/`. Arrives with the compile issue (#5).
+Renders the jinja2 templates shipped in `hetc/templates/`; the launch files come from the
+launchers in `hetc.emit.launchers` (torchrun, Slurm, SkyPilot, Kubernetes).
 """

@@ -33,6 +33,7 @@ def run_compile_command(
     profile_files: Sequence[str] = (),
     strict_profiles: bool = False,
     measured_points: bool = False,
+    launchers: Sequence[str] | None = None,
 ) -> int:
     """Plan, compile and write; returns the exit code (0 compiled, 1 bad input or a strict
     refusal, 2 bad option, 3 infeasible). An unwritable or foreign output raises
@@ -61,7 +62,11 @@ def run_compile_command(
             err=True,
         )
     compiled = compile_output(
-        spec, result, spec_file_name=spec_path.name, spec_dir=str(spec_path.parent)
+        spec,
+        result,
+        spec_file_name=spec_path.name,
+        spec_dir=str(spec_path.parent),
+        launchers=launchers,
     )
     written = write_output(output, compiled.files, executable=compiled.executable, force=force)
     sim = result.proposals[0].simulation
@@ -88,6 +93,7 @@ def run_compile_plan_command(
     profile_files: Sequence[str] = (),
     strict_profiles: bool = False,
     rank: int | None = None,
+    launchers: Sequence[str] | None = None,
 ) -> int:
     """`hetc compile SPEC --plan FILE [--rank N]`: check the given plan against the spec
     (`hetc.solver.given`) and compile it; returns the exit code (0 compiled, 1 a bad plan or
@@ -132,6 +138,7 @@ def run_compile_plan_command(
         spec_file_name=spec_path.name,
         plan_file_name=plan_path.name,
         spec_dir=str(spec_path.parent),
+        launchers=launchers,
     )
     in_place = _inside(plan_path, output)
     written = write_output(
@@ -169,9 +176,19 @@ def _say_compiled(
         f" predicted {iteration_time:.4g} s/iteration, {cost:.4g} USD/iteration",
         err=True,
     )
-    launchers = sorted(p for p in compiled.files if p.endswith(".sbatch"))
-    if launchers:
-        echo("hetc: start with: " + "; ".join(f"sbatch {output}/{p}" for p in launchers), err=True)
+    starts = [f"sbatch {output}/{p}" for p in sorted(compiled.files) if p.endswith(".sbatch")]
+    starts += [
+        f"kubectl apply -f {output}/{p}"
+        for p in sorted(compiled.files)
+        if p.startswith("launch/kubernetes/")
+    ]
+    starts += [
+        f"cd {output} && sky {'jobs ' if b'execution: parallel' in data else ''}launch {p}"
+        for p, data in sorted(compiled.files.items())
+        if p.startswith("launch/skypilot/")
+    ]
+    if starts:
+        echo("hetc: start with: " + "; ".join(starts), err=True)
     else:
         scripts = sorted(
             p for p in compiled.files if p.startswith("launch/node") and p.endswith(".sh")

@@ -17,7 +17,7 @@ from hetc.costmodel.compiled import compiled_spec_files
 from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.simulate import Simulation
 from hetc.emit.deepspeed import ConfigKey, config_problems, deepspeed_config
-from hetc.emit.launch import launch_files
+from hetc.emit.launchers import launch_files
 from hetc.emit.output import manifest_json
 from hetc.emit.report import given_plan_markdown, report_markdown, timeline_svg
 from hetc.plan import Plan, capability_problems, plan_to_json
@@ -123,10 +123,16 @@ def _device(plan: Plan, node_id: str) -> str:
 
 
 def compile_output(
-    spec: Spec, result: PlanningResult, *, spec_file_name: str, spec_dir: str | None = None
+    spec: Spec,
+    result: PlanningResult,
+    *,
+    spec_file_name: str,
+    spec_dir: str | None = None,
+    launchers: Sequence[str] | None = None,
 ) -> CompiledOutput:
     """The files for the best plan of `result` (which must have at least one proposal);
-    `spec_dir`, the spec's directory, resolves a relative data path."""
+    `spec_dir`, the spec's directory, resolves a relative data path; `launchers` (None: each
+    site's scheduler) chooses the launch files (`hetc.emit.launchers.launch_files`)."""
     best = result.proposals[0]
     return _compiled(
         spec,
@@ -135,6 +141,7 @@ def compile_output(
         result.model.profiles,
         report=report_markdown(spec, result, spec_path_name=spec_file_name),
         spec_dir=spec_dir,
+        launchers=launchers,
     )
 
 
@@ -146,9 +153,10 @@ def compile_given(
     spec_file_name: str,
     plan_file_name: str,
     spec_dir: str | None = None,
+    launchers: Sequence[str] | None = None,
 ) -> CompiledOutput:
     """The files for a plan given with `hetc compile --plan` (checked: `check_given_plan`),
-    simulated with `profiles`."""
+    simulated with `profiles`; `launchers` as for `compile_output`."""
     report = given_plan_markdown(
         spec,
         given.plan,
@@ -157,7 +165,15 @@ def compile_given(
         spec_path_name=spec_file_name,
         plan_path_name=plan_file_name,
     )
-    return _compiled(spec, given.plan, given.simulation, profiles, report=report, spec_dir=spec_dir)
+    return _compiled(
+        spec,
+        given.plan,
+        given.simulation,
+        profiles,
+        report=report,
+        spec_dir=spec_dir,
+        launchers=launchers,
+    )
 
 
 def _compiled(
@@ -168,6 +184,7 @@ def _compiled(
     *,
     report: str,
     spec_dir: str | None,
+    launchers: Sequence[str] | None,
 ) -> CompiledOutput:
     training = spec.training
     refused = capability_problems(
@@ -193,12 +210,14 @@ def _compiled(
         record = rank_record(plan, topology, process, deepspeed_config=config_of[process.rank])
         name = rank_file_name(process, node_index[process.node])
         files[f"topology/{name}"] = canonical_json(record)
-    scripts = launch_files(spec, plan, topology)
+    scripts = launch_files(spec, plan, topology, launchers)
     files.update({path: text.encode() for path, text in scripts.items()})
     files["report.md"] = report.encode()
     files["timeline.svg"] = timeline_svg(plan, simulation).encode()
     files["manifest.json"] = manifest_json(
         files, hetc_version=plan.hetc_version, plan_hash=topology.plan_hash
     )
-    executable = {p for p in scripts if not p.endswith(".prologue.sh")}
+    executable = {
+        p for p in scripts if p.endswith((".sh", ".sbatch")) and not p.endswith(".prologue.sh")
+    }
     return CompiledOutput(plan=plan, topology=topology, files=files, executable=executable)

@@ -1,32 +1,30 @@
-"""Launch scripts: one torchrun script per node, one Slurm heterogeneous job per Slurm site.
+"""What every launcher shares: the nodes that start processes, the sites that schedule them,
+the rendezvous, and the `Launcher` protocol (`hetc.emit.launchers` holds one module per launcher).
 
 Every node gets a torchrun script with its logical id as a literal (`HETC_NODE`), so it can be
-started by hand, by any scheduler, or by the Slurm step. A Slurm site's batch script asks for
-one het-job component per pool (a pool is one node shape, so one `--nodes`/GPU request fits all
-its nodes), starts one task per node in a single `srun ... : ...` step, and each task runs the
-node script whose index matches `SLURM_NODEID` (Slurm numbers a het step's nodes 0..N-1 across
-its components in component order, the order written here). User strings reach scripts through
-`shlex.quote` only; `#SBATCH` values are checked by `hetc validate` to be plain Slurm names,
-since Slurm does not shell-parse those lines. The one exception is a site's `prologue`, which
-is shell code by definition: it is written as given to `launch/<site>.prologue.sh`, which the
-scripts source (so shellcheck judges hetc's scripts, not the user's prologue).
+started by hand or by any scheduler: the Slurm step, a SkyPilot task and a Kubernetes pod all
+run the node script whose plan index they hold. User strings reach scripts through
+`shlex.quote` only; a site's `prologue` is shell code by definition and is written as given to
+`launch/<site>.prologue.sh`, which the scripts source (so shellcheck judges hetc's scripts, not
+the user's prologue).
 
 Every script resumes by default (the runtime does, unless HETC_FROM_SCRATCH is set, which
 `--from-scratch` does) and stands between its signals and torchrun: torchrun passes on
 whatever it handles and exits 1 whatever its workers returned, so the node script runs it in
 the background with USR1, INT and HUP ignored, turns USR1 into a checkpoint request and TERM,
 INT or HUP into one SIGTERM to torchrun, and exits 76 (`hetc.plan.outcome`) after such a stop.
-The batch script does the same for its step, asks Slurm to requeue the job after a failure or
-preemption, and keeps the run directory (the job id) across requeues. docs/compile.md has the
-measurements behind these choices.
+docs/compile.md has the measurements behind these choices.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Any, Protocol
 
 import jinja2
 
@@ -55,7 +53,8 @@ MAX_SOCKET_THREADS = 16
 
 
 @cache
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
+    """The templates' jinja2 environment (strict undefined, `sh` quoting filter)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("hetc", "templates"),
         autoescape=False,
@@ -83,16 +82,6 @@ class LaunchNode:
     @property
     def script(self) -> str:
         return f"node{self.index:04d}.sh"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Component:
-    """One het-job component: the nodes of one pool at one site."""
-
-    pool: Pool
-    nodes: tuple[LaunchNode, ...]
-    cpu: bool
-    options: tuple[tuple[str, str], ...]
 
 
 def launch_nodes(plan: Plan, topology: Topology) -> list[LaunchNode]:
@@ -152,47 +141,129 @@ def prologue_file_name(site: Site, index: int) -> str:
     return site_file_name(site, index).removesuffix(".sbatch") + ".prologue.sh"
 
 
-def _job_name(spec: Spec) -> str:
-    return "hetc-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-") or "job")
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PoolNodes:
+    """The nodes of one pool at one site, in plan order: one Slurm het-job component, one
+    SkyPilot task, one Kubernetes indexed Job."""
+
+    zone: str
+    pool: Pool
+    cpu: bool
+    nodes: tuple[LaunchNode, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchSite:
+    """A site that starts some of the plan's nodes: one of the spec's `sites`, or, for a zone
+    no site names, an implicit site of that zone alone (scheduler None: node scripts only,
+    unless `--launcher` asks for more)."""
+
+    site: Site
+    index: int
+    """Position in the spec's `sites`; implicit sites follow them."""
+    scheduler: str | None
+    pools: tuple[PoolNodes, ...]
+    whole_plan: bool
+    """Whether this site starts every node (then it can name the rendezvous host itself)."""
+    stem: str
+    """The stem of this site's launch file names: its name where that is a plain file name
+    (and no earlier site's), else `site<index>`."""
+
+    @property
+    def nodes(self) -> tuple[LaunchNode, ...]:
+        return tuple(n for p in self.pools for n in p.nodes)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaunchContext:
+    """What a launcher needs from the compiled plan. The command each node runs is its node
+    script, `bash launch/<LaunchNode.script>` from the compiled output, whatever starts it."""
+
+    spec: Spec
+    plan: Plan
+    topology: Topology
+    nodes: tuple[LaunchNode, ...]
+    """Every node that starts processes, in plan order."""
+    sites: tuple[LaunchSite, ...]
+    prologues: Mapping[str, str]
+    """Site name -> its prologue file under launch/ (for sites that have one)."""
+    rdzv_port: int
+    common: Mapping[str, Any]
+    """Values every template reads (version, spec name, plan hash, node count, ...)."""
+
+
+class Launcher(Protocol):
+    """One way of starting the plan's nodes. `files` returns text by path under the output
+    directory (deterministic: the same context gives the same bytes); the compiler writes them
+    with the rest of the output, atomically. A path ending in `.sh` or `.sbatch` (but a
+    prologue) is written executable."""
+
+    name: str
+    """What `hetc compile --launcher` and a site's `scheduler` call it."""
+
+    def files(self, context: LaunchContext, sites: tuple[LaunchSite, ...]) -> dict[str, str]:
+        """The files that start `sites` (those of the context this launcher was asked for)."""
+        ...
 
 
 def _pool_of(spec: Spec, zone: str, pool: str) -> Pool:
     return next(p for z in spec.zones if z.name == zone for p in z.pools if p.name == pool)
 
 
-def _components(spec: Spec, site: Site, nodes: list[LaunchNode]) -> list[Component]:
-    order: dict[tuple[str, str], list[LaunchNode]] = {}
-    for node in nodes:
-        if node.zone in site.zones:
-            order.setdefault((node.zone, node.pool), []).append(node)
-    components = []
-    for (zone, pool_name), members in order.items():
-        pool = _pool_of(spec, zone, pool_name)
-        cpu = spec.devices[pool.device].kind == "cpu"
-        settings = {
-            "partition": site.partition,
-            "account": site.account,
-            "qos": site.qos,
-            "time": site.time_limit,
-            **pool.slurm,
-        }
-        options = [(k, v) for k, v in settings.items() if v]
-        options.append(("nodes", str(len(members))))
-        options.append(("ntasks-per-node", "1"))
-        if cpu:
-            options.append(("cpus-per-task", str(pool.gpus_per_node)))
-        elif "gres" not in pool.slurm:
-            options.append(("gpus-per-node", str(pool.gpus_per_node)))
-        components.append(
-            Component(pool=pool, nodes=tuple(members), cpu=cpu, options=tuple(options))
-        )
-    return components
-
-
-def launch_files(spec: Spec, plan: Plan, topology: Topology) -> dict[str, str]:
-    """Every launch script, by path under the output directory."""
-    nodes = launch_nodes(plan, topology)
+def launch_sites(spec: Spec, nodes: tuple[LaunchNode, ...]) -> tuple[LaunchSite, ...]:
+    """The spec's sites that start nodes, then one implicit site per zone no site names, in
+    the order the nodes appear; each site's pools in the order their first node appears."""
     site_of = {zone: site for site in spec.sites for zone in site.zones}
+    implicit: dict[str, Site] = {}
+    for node in nodes:
+        if node.zone not in site_of and node.zone not in implicit:
+            implicit[node.zone] = Site(name=node.zone, scheduler="torchrun", zones=(node.zone,))
+    listed: list[tuple[int, Site, str | None]] = [
+        (i, s, s.scheduler) for i, s in enumerate(spec.sites)
+    ]
+    listed += [(len(spec.sites) + i, s, None) for i, s in enumerate(implicit.values())]
+    result: list[LaunchSite] = []
+    for index, site, scheduler in listed:
+        groups: dict[tuple[str, str], list[LaunchNode]] = {}
+        for node in nodes:
+            if node.zone in site.zones:
+                groups.setdefault((node.zone, node.pool), []).append(node)
+        if not groups:
+            continue
+        pools = tuple(
+            PoolNodes(
+                zone=zone,
+                pool=(pool := _pool_of(spec, zone, name)),
+                cpu=spec.devices[pool.device].kind == "cpu",
+                nodes=tuple(members),
+            )
+            for (zone, name), members in groups.items()
+        )
+        whole = sum(len(p.nodes) for p in pools) == len(nodes)
+        stem = site_file_name(site, index).removesuffix(".sbatch")
+        if any(r.stem == stem for r in result):
+            stem = f"site{index}"
+        result.append(
+            LaunchSite(
+                site=site,
+                index=index,
+                scheduler=scheduler if scheduler != "torchrun" else None,
+                pools=pools,
+                whole_plan=whole,
+                stem=stem,
+            )
+        )
+    return tuple(result)
+
+
+def launch_context(spec: Spec, plan: Plan, topology: Topology) -> LaunchContext:
+    """Everything a launcher reads, from the spec, the plan and its topology."""
+    nodes = tuple(launch_nodes(plan, topology))
+    prologues = {
+        site.name: prologue_file_name(site, index)
+        for index, site in enumerate(spec.sites)
+        if site.prologue
+    }
     common = {
         "hetc_version": plan.hetc_version,
         "spec_name": spec.name,
@@ -205,35 +276,30 @@ def launch_files(spec: Spec, plan: Plan, topology: Topology) -> dict[str, str]:
         "default_endpoint": f"127.0.0.1:{DEFAULT_RDZV_PORT}",
         "environment": nccl_stream_environment(spec, plan),
     }
-    env = _environment()
-    files = {}
-    prologue_of: dict[str, str] = {}
-    for index, site in enumerate(spec.sites):
-        if site.prologue:
-            name = prologue_file_name(site, index)
-            prologue_of[site.name] = name
-            files[f"launch/{name}"] = site.prologue.rstrip("\n") + "\n"
-    for node in nodes:
-        owner = site_of.get(node.zone)
-        files[f"launch/{node.script}"] = env.get_template("node.sh.j2").render(
-            node=node, prologue=prologue_of.get(owner.name, "") if owner else "", **common
-        )
-    used_sites = {site_of[n.zone].name for n in nodes if n.zone in site_of}
-    for index, site in enumerate(spec.sites):
-        if site.scheduler != "slurm" or site.name not in used_sites:
-            continue
-        components = _components(spec, site, nodes)
-        files[f"launch/{site_file_name(site, index)}"] = env.get_template("site.sbatch.j2").render(
-            site=site,
-            prologue=prologue_of.get(site.name, ""),
-            components=components,
-            job_name=_job_name(spec),
-            signal_lead=CHECKPOINT_SIGNAL_LEAD,
-            rdzv_port=DEFAULT_RDZV_PORT,
-            whole_plan=all(n.zone in site.zones for n in nodes),
-            step_scripts=" ".join(n.script for c in components for n in c.nodes),
-            **common,
-        )
-    if any(path.endswith(".sbatch") for path in files):
-        files["launch/slurm-step.sh"] = env.get_template("slurm-step.sh.j2").render(**common)
-    return files
+    return LaunchContext(
+        spec=spec,
+        plan=plan,
+        topology=topology,
+        nodes=nodes,
+        sites=launch_sites(spec, nodes),
+        prologues=prologues,
+        rdzv_port=DEFAULT_RDZV_PORT,
+        common=common,
+    )
+
+
+def job_name(spec: Spec) -> str:
+    """The job's name for schedulers: `hetc-<spec name>`, letters, digits and . _ - only."""
+    return "hetc-" + (re.sub(r"[^A-Za-z0-9._-]+", "-", spec.name).strip("-") or "job")
+
+
+def dns_label(text: str, limit: int = 63) -> str:
+    """`text` as a DNS label (RFC 1123: lowercase letters, digits and -, at most `limit`
+    characters, a letter or digit at each end), for Kubernetes object names and host names;
+    a name that had to be cut keeps a short hash of the whole, so two names stay apart."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "x"
+    if label == text and len(label) <= limit:
+        return label
+    digest = hashlib.sha256(text.encode()).hexdigest()[:6]
+    prefix = label[: max(0, limit - 7)].rstrip("-")
+    return f"{prefix}-{digest}" if prefix else digest[:limit]

@@ -133,13 +133,14 @@ class Network:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Site:
     name: str
-    scheduler: Literal["slurm", "torchrun"] = "slurm"
+    scheduler: Literal["slurm", "torchrun", "skypilot", "kubernetes"] = "slurm"
     zones: tuple[str, ...]
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
     time_limit: str | None = None
     prologue: str | None = None
+    cloud: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
