@@ -391,9 +391,25 @@ def launch(
             "--from-scratch", help="Start at step 0 instead of the newest complete checkpoint."
         ),
     ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only errors and the final summary.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Also stream every node's output (kept in its log)."),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Launch even a plan this host lacks the devices or cores for."
+        ),
+    ] = False,
 ) -> None:
-    """Run every node script of a compiled plan on this host, streaming their output; resumes
+    """Run every node script of a compiled plan on this host with one progress line per node
+    and a summary at the end; each node's output goes to RUN_DIR/logs/node<NNNN>.log. Resumes
     from the run's newest complete checkpoint unless --from-scratch."""
+    import sys
+
     from hetc.local_launch import run_launch
 
     code = run_launch(
@@ -403,6 +419,10 @@ def launch(
         only=node or (),
         echo=typer.echo,
         from_scratch=from_scratch,
+        quiet=quiet,
+        verbose=verbose,
+        force=force,
+        on_terminal=sys.stderr.isatty(),
     )
     if code:
         raise typer.Exit(code)
