@@ -31,6 +31,7 @@ cannot run (`hetc.launch_host`; unless `force`) raises EnvironmentProblem (exit 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -384,6 +385,9 @@ class _Launch:
     """Seconds since the epoch: outcome records older than this are a previous run's."""
     quiet: bool = False
     """Only errors and the summary on the terminal."""
+    summarise: Callable[[], None] = lambda: None
+    """Print the run's summary: on success last, otherwise before the line saying why the
+    run ended (that line stays the last)."""
     runs: list[_Running] = field(default_factory=list)
     exits: queue.Queue[_Running] = field(default_factory=queue.Queue)
     """Each node as it exits, in order."""
@@ -484,6 +488,7 @@ def _failed(launch: _Launch, run: _Running, out_dir: Path) -> int:
     terminal = launch.terminal
     stopped = launch.stop()
     _drain(launch.runs)
+    launch.summarise()
     verdict = ranks_verdict(launch.run_dir, launch.started)
     code, why = verdict if verdict is not None else (status, None)
     meaning = outcome(code)
@@ -523,6 +528,7 @@ def _supervise(launch: _Launch, timeout: float | None, out_dir: Path, board: Boa
             if deadline is not None and time.monotonic() >= deadline:
                 stopped = launch.stop()
                 _drain(runs)
+                launch.summarise()
                 terminal.say(
                     f"hetc: failed: timed out after {timeout:g} s; stopped "
                     + ", ".join(r.node.label for r in stopped)
@@ -546,6 +552,7 @@ def _supervise(launch: _Launch, timeout: float | None, out_dir: Path, board: Boa
     if board is not None:
         board.refresh(time.monotonic(), final=True)
     if launch.quiet:
+        launch.summarise()
         return 0
     if teardown:
         terminal.say(
@@ -554,6 +561,7 @@ def _supervise(launch: _Launch, timeout: float | None, out_dir: Path, board: Boa
         )
     else:
         terminal.say(f"hetc: done: all {len(runs)} node(s) exited 0")
+    launch.summarise()
     return 0
 
 
@@ -620,6 +628,7 @@ def run_launch(
         "from scratch" if from_scratch else "resuming from the newest complete checkpoint, if any"
     )
     tail = MetricsTail(run_dir=run_dir, ranks=[r for n in nodes for r in n.ranks])
+    launch.summarise = functools.partial(_summarise, launch, tail, pinned)
     board = (
         None
         if quiet or verbose
@@ -651,18 +660,16 @@ def run_launch(
     previous = {sig: signal.signal(sig, _raise_signalled) for sig in STOP_SIGNALS}
     try:
         _start(chosen, launch)
-        code = _supervise(launch, timeout, out_dir, board)
-        _summarise(launch, tail, pinned)
-        return code
+        return _supervise(launch, timeout, out_dir, board)
     except (KeyboardInterrupt, _Signalled) as exc:
         signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
         launch.stop()
         _drain(launch.runs)
+        launch.summarise()
         codes = sorted({r.process.returncode for r in launch.runs})
         ends = ", ".join(outcome(c) if c >= 0 else _describe(c) for c in codes)
         hint = f"; {_resume_hint(out_dir)}" if ends == "preempted" else ""
         terminal.say(f"hetc: {signal.Signals(signum).name}: stopped every node ({ends}){hint}")
-        _summarise(launch, tail, pinned)
         return 128 + signum
     finally:
         for sig, handler in previous.items():
