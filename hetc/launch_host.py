@@ -20,7 +20,6 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 RANKS_PER_CORE = 4
@@ -32,10 +31,10 @@ STALE_AFTER = 600.0
 _NVIDIA = re.compile(r"nvidia\d+")
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HostProblem:
-    what: str
-    to_fix: str
+HOST_FIX = (
+    "launch on the plan's machines (its launch/ scripts), compile a spec for this host"
+    " (e.g. examples/local-cpu.yaml), or pass --force to start it here anyway"
+)
 
 
 def host_gpus(dev: Path = Path("/dev")) -> int:
@@ -68,28 +67,21 @@ def plan_ranks(out_dir: Path) -> dict[str, int]:
     return counts
 
 
-def host_problems(ranks: Mapping[str, int], *, gpus: int, cores: int) -> list[HostProblem]:
-    """What keeps this host from running `ranks` (from `plan_ranks`)."""
+def host_problems(ranks: Mapping[str, int], *, gpus: int, cores: int) -> list[str]:
+    """What keeps this host from running `ranks` (from `plan_ranks`); HOST_FIX says what to
+    do about any of them."""
     problems = []
     if ranks.get("gpu", 0) > gpus:
         problems.append(
-            HostProblem(
-                what=f"the plan runs {ranks['gpu']} rank(s) on GPUs and this host has"
-                f" {gpus or 'no'} GPU(s): DeepSpeed would build GPU ops for minutes and"
-                " then train a GPU-sized model on CPU",
-                to_fix="launch on the plan's machines (its launch/ scripts or Slurm files),"
-                " compile a spec for this host (examples/local-cpu.yaml), or pass --force",
-            )
+            f"the plan runs {ranks['gpu']} rank(s) on GPUs and this host has {gpus or 'no'}"
+            " GPU(s): DeepSpeed would build GPU ops for minutes, then train a GPU-sized model"
+            " on CPU"
         )
     total = sum(ranks.values())
     if total > RANKS_PER_CORE * cores:
         problems.append(
-            HostProblem(
-                what=f"the plan starts {total} ranks and this host has {cores} core(s)"
-                f" (at most {RANKS_PER_CORE} ranks per core run here)",
-                to_fix="launch on the plan's machines, compile a spec with fewer devices"
-                " for this host, or pass --force",
-            )
+            f"the plan starts {total} ranks and this host has {cores} core(s) (at most"
+            f" {RANKS_PER_CORE} ranks per core run here)"
         )
     return problems
 

@@ -52,6 +52,7 @@ from typing import IO
 
 from hetc.emit.launch import SHUTDOWN_MARGIN, TERM_GRACE
 from hetc.launch_host import (
+    HOST_FIX,
     STALE_AFTER,
     extension_roots,
     host_cores,
@@ -696,11 +697,9 @@ def _check_host(out_dir: Path, *, force: bool, echo: Echo) -> None:
     build locks in torch's extension cache, saying so (`hetc.launch_host`)."""
     problems = host_problems(plan_ranks(out_dir), gpus=host_gpus(), cores=host_cores())
     if problems and not force:
-        raise EnvironmentProblem(
-            "; ".join(p.what for p in problems), "; ".join(p.to_fix for p in problems)
-        )
+        raise EnvironmentProblem("; and ".join(problems), HOST_FIX)
     for problem in problems:
-        echo(f"hetc: warning (--force): {problem.what}", err=True)
+        echo(f"hetc: warning (--force): {problem}", err=True)
     for lock in recover_stale_locks(extension_roots(os.environ)):
         echo(
             f"hetc: removed the stale lock {lock}: an interrupted build of the"
