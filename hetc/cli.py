@@ -644,7 +644,19 @@ def profile_measure(
     under `profiles:` (points the output file holds already are kept)."""
     import sys
 
-    from hetc.profiler.command import run_measure_command
+    try:
+        from hetc.profiler.command import run_measure_command
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "torch":
+            raise
+        from hetc.schema import EnvironmentProblem
+
+        raise EnvironmentProblem(
+            f"`hetc profile measure` runs the model with torch, which {sys.executable} cannot"
+            " import",
+            f"install the runtime extra into this environment: {sys.executable} -m pip install"
+            " torch==2.13.0 'hetc[runtime]' (torch pinned: unpinned, pip picks a CUDA build)",
+        ) from None
 
     code = run_measure_command(
         _checked_spec(spec),
