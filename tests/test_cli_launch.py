@@ -577,3 +577,38 @@ def test_a_torchrun_failing_before_its_ranks_finished_still_fails(
     assert done.returncode == 1, done.stderr
     assert done.stderr.splitlines()[-1].startswith(f"hetc: failed: node0000 {node_ids[0]}")
     _assert_all_gone(fake)
+
+
+@pytest.mark.slow
+def test_the_two_node_example_ends_cleanly_every_time_under_load(
+    compiled: Path, tmp_path: Path
+) -> None:
+    """Five real launches of the two-node example while two busy loops load the cores (the
+    load under which a node's torchrun once failed in its teardown): each exits 0 with the
+    summary and its final loss, and no stack or node line reaches the terminal."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HETC_")}
+    env = {**environ, "HETC_BACKEND": "gloo", "HETC_STARTUP_TIMEOUT": "120"}
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for attempt in range(5):
+            run_dir = tmp_path / f"run{attempt}"
+            done = _launch(
+                compiled,
+                env,
+                *("--run-dir", str(run_dir), "--from-scratch", "--timeout", "400"),
+                timeout=450,
+                verbose=False,
+            )
+            output = done.stdout + done.stderr
+            assert done.returncode == 0, (attempt, output[-3000:])
+            assert done.stdout == ""
+            lines = done.stderr.splitlines()
+            summary = lines[lines.index("hetc: summary") :]
+            assert re.fullmatch(r"  final loss    \d+\.\d{4} \(step 19\)", summary[1]), summary
+            assert summary[4] == f"  checkpoint    {run_dir}/ckpt/step-20 (resumes at step 20)"
+            for noise in ("Traceback", "Exception raised from", "WARNING", "hetc-runtime:"):
+                assert noise not in output, (attempt, noise)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
