@@ -32,8 +32,7 @@ echo
 echo "+ hetc validate <the same spec with two mistakes>"
 .venv/bin/hetc validate "$broken" || echo "(exit code $?: the spec is invalid)"
 
-# Training needs the runtime extra; torch first and pinned (README, Installing torch: where
-# pip has no local CPU wheel this is the CUDA build unless pip is pointed at the CPU index).
+# Training needs the runtime extra; torch first and pinned (an unpinned torch pulls CUDA).
 echo
 echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-train --from-scratch"
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
