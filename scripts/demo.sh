@@ -38,7 +38,9 @@ echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-t
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/pip install -q --disable-pip-version-check -e ".[runtime]"
 .venv/bin/hetc compile examples/local-cpu.yaml -o demo-train
-# --from-scratch: a second demo trains again rather than resuming the first one's last checkpoint.
-# The launch ends with its summary (final loss, throughput and peak memory against the plan,
-# checkpoint, metrics); `hetc calibrate demo-train-run` then fits the cost model to the run.
+# --from-scratch: a second demo trains again rather than resuming the first one's last checkpoint
+# The launch shows a progress line per node and ends with its summary (final loss, throughput
+# and peak memory against the plan, checkpoint, metrics); `hetc calibrate demo-train-run` then
+# fits the cost model to the run.
+echo
 .venv/bin/hetc launch demo-train --run-dir demo-train-run --from-scratch
