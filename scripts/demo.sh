@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install hetc on a fresh machine, compile a bundled example spec into demo-out/ (plan,
-# topology, DeepSpeed configs, launch scripts, report), show what a mistake in a spec looks like,
+# topology, DeepSpeed configs, launch scripts, report; with what a mistake in a spec looks like),
 # then train the bundled CPU example for a few steps on this machine (hetc launch).
 # Usage: bash scripts/demo.sh [example spec]   (default: examples/gptneo-a100-v100.yaml)
 set -euo pipefail
@@ -12,6 +12,14 @@ python=${PYTHON:-python3}
 spec=${1:-examples/gptneo-a100-v100.yaml}
 echo "+ hetc validate $spec"
 .venv/bin/hetc validate "$spec"
+
+# What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
+broken=$(mktemp --suffix=.yaml)
+trap 'rm -f "$broken"' EXIT
+sed -e 's/A100-40GB/A100-40G/' -e 's/precision: fp16/precision: bf16/' "$spec" > "$broken"
+echo
+echo "+ hetc validate <the same spec with two mistakes>"
+.venv/bin/hetc validate "$broken" || echo "(exit code $?: the spec is invalid)"
 echo
 echo "+ hetc plan $spec --top 2"
 .venv/bin/hetc plan "$spec" --top 2
@@ -23,14 +31,6 @@ echo "+ the compiled files (demo-out/manifest.json lists them with their sha256)
 find -L demo-out -type f | sort | sed -n '1,12p'
 echo "  ... $(find -L demo-out -type f | wc -l) files; the report begins:"
 sed -n '1,40p' demo-out/report.md
-
-# What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
-broken=$(mktemp --suffix=.yaml)
-trap 'rm -f "$broken"' EXIT
-sed -e 's/A100-40GB/A100-40G/' -e 's/precision: fp16/precision: bf16/' "$spec" > "$broken"
-echo
-echo "+ hetc validate <the same spec with two mistakes>"
-.venv/bin/hetc validate "$broken" || echo "(exit code $?: the spec is invalid)"
 
 # Training needs the runtime extra; torch first and pinned (an unpinned torch pulls CUDA).
 echo
