@@ -655,7 +655,8 @@ def profile_measure(
             f"`hetc profile measure` runs the model with torch, which {sys.executable} cannot"
             " import",
             f"install the runtime extra into this environment: {sys.executable} -m pip install"
-            " torch==2.13.0 'hetc[runtime]' (torch pinned: unpinned, pip picks a CUDA build)",
+            " torch==2.13.0 'deepspeed>=0.19,<0.20' (torch pinned: unpinned, pip picks a CUDA"
+            " build)",
         ) from None
 
     code = run_measure_command(
