@@ -410,9 +410,25 @@ def launch(
             "--from-scratch", help="Start at step 0 instead of the newest complete checkpoint."
         ),
     ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only errors and the final summary.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Also stream every node's output (kept in its log)."),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Launch even a plan this host lacks the devices or cores for."
+        ),
+    ] = False,
 ) -> None:
-    """Run every node script of a compiled plan on this host, streaming their output; resumes
+    """Run every node script of a compiled plan on this host with one progress line per node
+    and a summary at the end; each node's output goes to RUN_DIR/logs/node<NNNN>.log. Resumes
     from the run's newest complete checkpoint unless --from-scratch."""
+    import sys
+
     from hetc.local_launch import run_launch
 
     code = run_launch(
@@ -422,6 +438,10 @@ def launch(
         only=node or (),
         echo=typer.echo,
         from_scratch=from_scratch,
+        quiet=quiet,
+        verbose=verbose,
+        force=force,
+        on_terminal=sys.stderr.isatty(),
     )
     if code:
         raise typer.Exit(code)
@@ -643,7 +663,20 @@ def profile_measure(
     under `profiles:` (points the output file holds already are kept)."""
     import sys
 
-    from hetc.profiler.command import run_measure_command
+    try:
+        from hetc.profiler.command import run_measure_command
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "torch":
+            raise
+        from hetc.schema import EnvironmentProblem
+
+        raise EnvironmentProblem(
+            f"`hetc profile measure` runs the model with torch, which {sys.executable} cannot"
+            " import",
+            f"install the runtime extra into this environment: {sys.executable} -m pip install"
+            " torch==2.13.0 'deepspeed>=0.19,<0.20' (torch pinned: unpinned, pip picks a CUDA"
+            " build)",
+        ) from None
 
     code = run_measure_command(
         _checked_spec(spec),

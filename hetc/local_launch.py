@@ -12,17 +12,26 @@ whatever its workers returned, so the meaning comes from the outcome records the
 run left (`hetc.plan.outcome`: a lost peer, a stop after SIGTERM, a failure), and from the node
 script's exit status only where there are none.
 
-Exit status (returned, the CLI exits with it): 0 every node exited 0; 75 or 76 the first node to
+The terminal is for the run, not the frameworks: each node's output (torchrun's agent, the
+ranks' lines, DeepSpeed's and torch's warnings) goes to its log in the run directory, and the
+terminal shows one progress line per node (`hetc.launch_progress`) and ends with a summary
+(`hetc.launch_summary`). A node whose torchrun fails after all its ranks recorded the end of
+training counts as done (`finished_ranks`): on one host the agents' teardown races (the agent
+hosting the rendezvous store leaves after the exit barrier while another agent still closes
+the rendezvous through that store), and its stack belongs in the node's log.
+
+Exit status (returned, the CLI exits with it): 0 every node finished; 75 or 76 the first node to
 stop lost a peer or was stopped by a signal after a checkpoint (run again to resume); 1 the
 output is not unchanged hetc output, a node failed otherwise, or the run timed out; 2 `--node`
 names no node of the plan; 130 interrupted (Ctrl-C), 143 or 129 on SIGTERM or SIGHUP. A missing
-`bash` or `torchrun`, or a HETC_TERM_GRACE that is not a number of seconds, raises
-EnvironmentProblem (exit 4).
+`bash` or `torchrun`, a HETC_TERM_GRACE that is not a number of seconds, or a plan this host
+cannot run (`hetc.launch_host`; unless `force`) raises EnvironmentProblem (exit 4).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -42,6 +51,18 @@ from pathlib import Path
 from typing import IO
 
 from hetc.emit.launch import SHUTDOWN_MARGIN, TERM_GRACE
+from hetc.launch_host import (
+    HOST_FIX,
+    STALE_AFTER,
+    extension_roots,
+    host_cores,
+    host_gpus,
+    host_problems,
+    plan_ranks,
+    recover_stale_locks,
+)
+from hetc.launch_progress import Board, MetricsTail
+from hetc.launch_summary import summary_lines
 from hetc.plan import RankFileError, read_cluster_file
 from hetc.plan.outcome import (
     EXIT_DONE,
@@ -62,6 +83,8 @@ STOP_SLACK = 5.0
 SHUTDOWN_MARGIN): torchrun starts its workers in sessions of their own, out of reach of a signal
 to its group, and killing it before it has killed them leaves workers behind until their
 heartbeat sees their agent gone (hetc.runtime.heartbeat), without a checkpoint."""
+TICK = 0.5
+"""Seconds between progress refreshes while the nodes run."""
 DRAIN_SECONDS = 5.0
 """How long to wait for the rest of a node's output once it has exited: a worker that outlived
 its torchrun may hold the pipe open for ever."""
@@ -96,6 +119,8 @@ class NodeScript:
     index: int
     id: str
     script: Path
+    ranks: tuple[int, ...] = ()
+    """The plan ranks its processes run."""
 
     @property
     def label(self) -> str:
@@ -106,6 +131,8 @@ class NodeScript:
 class _Running:
     node: NodeScript
     process: subprocess.Popen[bytes]
+    log: IO[str] | None = None
+    """The node's log file (`node_log`): every line of its output."""
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     readers: list[threading.Thread] = field(default_factory=list)
     exited: threading.Event = field(default_factory=threading.Event)
@@ -169,6 +196,7 @@ def node_scripts(out_dir: Path) -> list[NodeScript]:
             index=node["index"],
             id=node["id"],
             script=out_dir / "launch" / f"node{node['index']:04d}.sh",
+            ranks=tuple(p["rank"] for p in node["processes"]),
         )
         for node in cluster["nodes"]
         if node["processes"]
@@ -281,22 +309,56 @@ def _stop(runs: Sequence[_Running], grace: float) -> list[_Running]:
 
 
 def _drain(runs: Sequence[_Running]) -> None:
+    """Wait for the rest of each node's output, then close its log (a reader still copying
+    from a pipe a stray worker holds writes to the terminal only from then on)."""
     deadline = time.monotonic() + DRAIN_SECONDS
     for run in runs:
         for reader in run.readers:
             reader.join(max(0.0, deadline - time.monotonic()))
+    for run in runs:
+        log, run.log = run.log, None
+        if log is not None:
+            log.close()
+
+
+def node_log(run_dir: Path, node: NodeScript) -> Path:
+    """Where `hetc launch` keeps everything a node script printed (torchrun's agent, the
+    ranks' output as torchrun tees it, framework warnings): `RUN_DIR/logs/node<NNNN>.log`,
+    beside torchrun's own per-rank files in `RUN_DIR/logs/node<NNNN>/`."""
+    return run_dir / "logs" / f"node{node.index:04d}.log"
+
+
+def _append(run: _Running, line: str) -> None:
+    """One line into the node's log, if it is still open (`_drain` closes it)."""
+    log = run.log
+    if log is not None:
+        with contextlib.suppress(ValueError):  # closed meanwhile
+            log.write(line + "\n")
+            log.flush()
 
 
 class _Terminal:
-    """Whole lines from every node, one writer at a time, each line prefixed with its node."""
+    """Whole lines from every node, one writer at a time, into each node's log; with
+    `verbose` also onto the terminal, each line prefixed with its node."""
 
-    def __init__(self, echo: Echo) -> None:
+    def __init__(self, echo: Echo, *, verbose: bool = True) -> None:
         self._echo = echo
+        self._verbose = verbose
         self._lock = threading.Lock()
 
     def say(self, message: str) -> None:
         with self._lock:
             self._echo(message, err=True)
+
+    def write(self, text: str) -> None:
+        """Text as it is (progress redraws), without a newline of its own."""
+        with self._lock:
+            self._echo(text, err=True, nl=False)
+
+    def note(self, run: _Running, line: str) -> None:
+        """A line of hetc's own into a node's log only."""
+        with self._lock:
+            _append(run, line)
 
     def copy(self, run: _Running, pipe: IO[bytes], err: bool) -> None:
         prefix = f"[{run.node.label}] "
@@ -304,7 +366,9 @@ class _Terminal:
             line = raw.decode("utf-8", errors="replace").rstrip("\n").removesuffix("\r")
             with self._lock:
                 run.tail.append(line)
-                self._echo(prefix + line, err=err)
+                _append(run, line)
+                if self._verbose:
+                    self._echo(prefix + line, err=err)
         pipe.close()
 
 
@@ -320,6 +384,11 @@ class _Launch:
     run_dir: Path
     started: float = field(default_factory=time.time)
     """Seconds since the epoch: outcome records older than this are a previous run's."""
+    quiet: bool = False
+    """Only errors and the summary on the terminal."""
+    summarise: Callable[[], None] = lambda: None
+    """Print the run's summary: on success last, otherwise before the line saying why the
+    run ended (that line stays the last)."""
     runs: list[_Running] = field(default_factory=list)
     exits: queue.Queue[_Running] = field(default_factory=queue.Queue)
     """Each node as it exits, in order."""
@@ -335,6 +404,17 @@ def _start(nodes: Sequence[NodeScript], launch: _Launch) -> None:
     if bash is None:
         raise EnvironmentProblem("bash is not on PATH", "install bash; the node scripts need it")
     for node in nodes:
+        path = node_log(launch.run_dir, node)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            log = open(path, "a", encoding="utf-8")  # noqa: SIM115  # closed by _close_logs
+        except OSError as exc:
+            launch.stop()
+            raise EnvironmentProblem(
+                f"cannot write the node log {path}: {exc.strerror or exc}",
+                "pass a writable --run-dir",
+            ) from None
+        log.write(f"=== hetc launch: {node.label}: bash {node.script} {' '.join(launch.args)}\n")
         try:
             process = subprocess.Popen(
                 [bash, str(node.script), *launch.args],
@@ -345,12 +425,13 @@ def _start(nodes: Sequence[NodeScript], launch: _Launch) -> None:
                 start_new_session=True,
             )
         except OSError as exc:
+            log.close()
             launch.stop()
             raise EnvironmentProblem(
                 f"cannot start {node.script}: {exc.strerror or exc}",
                 "check that the output directory is readable and the system can start processes",
             ) from None
-        run = _Running(node=node, process=process)
+        run = _Running(node=node, process=process, log=log)
         launch.runs.append(run)
         for pipe, err in ((process.stdout, False), (process.stderr, True)):
             assert pipe is not None
@@ -389,50 +470,99 @@ def ranks_verdict(run_dir: Path, since: float) -> tuple[int, str] | None:
     return code, f"{who}: {first.reason}"
 
 
-def _supervise(launch: _Launch, timeout: float | None, out_dir: Path) -> int:
-    """Wait for every node; the first to fail stops the others. The last line says what the
-    run's end means: done, failed, peer lost or preempted."""
+def finished_ranks(run_dir: Path, node: NodeScript, since: float) -> bool:
+    """Whether every rank of `node` recorded, at or after `since`, that it trained to the end
+    (`hetc.plan.outcome`, code done). Then the node's work is over whatever its torchrun
+    returns: the ranks pass a final barrier together before they record it, and what can
+    still fail is the agents' own teardown, e.g. a torchrun agent whose rendezvous store's
+    host (another node's agent) exited first, which prints a C++ stack and exits 1."""
+    try:
+        fresh = {o.rank: o.code for o in read_outcomes(run_dir) if o.time >= since}
+    except OutcomeError:
+        return False
+    return bool(node.ranks) and all(fresh.get(r) == EXIT_DONE for r in node.ranks)
+
+
+def _failed(launch: _Launch, run: _Running, out_dir: Path) -> int:
+    """The first node that failed: stop the others, say why, return the run's code."""
+    status = run.process.returncode
+    terminal = launch.terminal
+    stopped = launch.stop()
+    _drain(launch.runs)
+    launch.summarise()
+    verdict = ranks_verdict(launch.run_dir, launch.started)
+    code, why = verdict if verdict is not None else (status, None)
+    meaning = outcome(code)
+    others = (
+        "stopped " + ", ".join(r.node.label for r in stopped)
+        if stopped
+        else "no other node was still running"
+    )
+    hint = f"; {_resume_hint(out_dir)}" if meaning != "failed" else ""
+    records = f"hetc: the ranks' outcome records say: {why}\n" if why else ""
+    terminal.say(
+        f"hetc: {run.node.label} {'failed' if meaning == 'failed' else 'stopped'} first,"
+        f" {_describe(status)}; its last {len(run.tail)} line(s)"
+        f" (all in {node_log(launch.run_dir, run.node)}):\n"
+        + "".join(f"  {line}\n" for line in run.tail)
+        + records
+        + f"hetc: {meaning}: {run.node.label} exited first ({_describe(status)});"
+        f" {others}{hint}"
+    )
+    return code if meaning in ("peer lost", "preempted") else 1
+
+
+def _supervise(launch: _Launch, timeout: float | None, out_dir: Path, board: Board | None) -> int:
+    """Wait for every node, refreshing the progress `board` every TICK seconds; the first
+    node to fail stops the others. A node whose torchrun exits non-zero after every one of
+    its ranks recorded the end of training (`finished_ranks`) counts as done, with a line
+    in its log. The last line says what the run's end means: done, failed, peer lost or
+    preempted."""
     runs, terminal = launch.runs, launch.terminal
     deadline = None if timeout is None else time.monotonic() + timeout
-    for _ in runs:
+    left, teardown = len(runs), []
+    while left:
+        wait = TICK if deadline is None else min(TICK, max(0.0, deadline - time.monotonic()))
         try:
-            run = launch.exits.get(
-                timeout=None if deadline is None else max(0.0, deadline - time.monotonic())
-            )
+            run = launch.exits.get(timeout=wait)
         except queue.Empty:
-            stopped = launch.stop()
-            _drain(runs)
-            terminal.say(
-                f"hetc: failed: timed out after {timeout:g} s; stopped "
-                + ", ".join(r.node.label for r in stopped)
-            )
-            return 1
+            if deadline is not None and time.monotonic() >= deadline:
+                stopped = launch.stop()
+                _drain(runs)
+                launch.summarise()
+                terminal.say(
+                    f"hetc: failed: timed out after {timeout:g} s; stopped "
+                    + ", ".join(r.node.label for r in stopped)
+                )
+                return 1
+            if board is not None:
+                board.refresh(time.monotonic())
+            continue
+        left -= 1
         status = run.process.returncode
-        if status:
-            stopped = launch.stop()
-            _drain(runs)
-            verdict = ranks_verdict(launch.run_dir, launch.started)
-            code, why = verdict if verdict is not None else (status, None)
-            meaning = outcome(code)
-            others = (
-                "stopped " + ", ".join(r.node.label for r in stopped)
-                if stopped
-                else "no other node was still running"
+        if status and finished_ranks(launch.run_dir, run.node, launch.started):
+            teardown.append(run.node.label)
+            terminal.note(
+                run,
+                f"=== hetc launch: torchrun exited {status} after every rank of this node"
+                " recorded the end of training; counted as done",
             )
-            hint = f"; {_resume_hint(out_dir)}" if meaning != "failed" else ""
-            records = f"hetc: the ranks' outcome records say: {why}\n" if why else ""
-            terminal.say(
-                f"hetc: {run.node.label} {'failed' if meaning == 'failed' else 'stopped'} first,"
-                f" {_describe(status)}; its last"
-                f" {len(run.tail)} line(s):\n"
-                + "".join(f"  {line}\n" for line in run.tail)
-                + records
-                + f"hetc: {meaning}: {run.node.label} exited first ({_describe(status)});"
-                f" {others}{hint}"
-            )
-            return code if meaning in ("peer lost", "preempted") else 1
+        elif status:
+            return _failed(launch, run, out_dir)
     _drain(runs)
-    terminal.say(f"hetc: done: all {len(runs)} node(s) exited 0")
+    if board is not None:
+        board.refresh(time.monotonic(), final=True)
+    if launch.quiet:
+        launch.summarise()
+        return 0
+    if teardown:
+        terminal.say(
+            f"hetc: done: every rank of all {len(runs)} node(s) finished ({', '.join(teardown)}:"
+            " torchrun failed in its teardown after that; see its log)"
+        )
+    else:
+        terminal.say(f"hetc: done: all {len(runs)} node(s) exited 0")
+    launch.summarise()
     return 0
 
 
@@ -444,10 +574,17 @@ def run_launch(
     only: Collection[int],
     echo: Echo,
     from_scratch: bool = False,
+    quiet: bool = False,
+    verbose: bool = False,
+    force: bool = False,
+    on_terminal: bool = False,
 ) -> int:
-    """Start the node scripts (resuming, or `from_scratch`), stream their output, and return
-    the exit status (see the module docstring). Raises EnvironmentProblem when bash, torchrun
-    or the run directory is missing."""
+    """Start the node scripts (resuming, or `from_scratch`), show one progress line per node
+    (redrawn when `on_terminal`), keep each node's output in its log (`node_log`; also on
+    the terminal when `verbose`), end with the summary (`hetc.launch_summary`), and return
+    the exit status (see the module docstring). `quiet` shows only errors and the summary.
+    Raises EnvironmentProblem when bash, torchrun or the run directory is missing, and when
+    this host cannot run the plan (`hetc.launch_host`) unless `force`."""
     pinned = out_dir.resolve()
     try:
         nodes = node_scripts(pinned)
@@ -468,6 +605,7 @@ def run_launch(
             err=True,
         )
         return 2
+    _check_host(pinned, force=force, echo=echo)
     run_dir = Path(os.path.abspath(run_dir))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -481,19 +619,38 @@ def run_launch(
         env=env,
         args=("--from-scratch",) if from_scratch else (),
         grace=stop_grace(env),
-        terminal=_Terminal(echo),
+        terminal=_Terminal(echo, verbose=verbose),
         run_dir=run_dir,
+        quiet=quiet,
     )
     chosen = [n for n in nodes if not only or n.index in only]
     terminal = launch.terminal
     start = (
         "from scratch" if from_scratch else "resuming from the newest complete checkpoint, if any"
     )
-    terminal.say(
+    tail = MetricsTail(run_dir=run_dir, ranks=[r for n in nodes for r in n.ranks])
+    launch.summarise = functools.partial(_summarise, launch, tail, pinned)
+    board = (
+        None
+        if quiet or verbose
+        else Board(
+            nodes=[(n.label, n.ranks) for n in chosen],
+            tail=tail,
+            write=terminal.write,
+            terminal=on_terminal,
+        )
+    )
+
+    def say(message: str) -> None:
+        if not quiet:
+            terminal.say(message)
+
+    say(
         f"hetc: starting {len(chosen)} of {len(nodes)} node(s) of {out_dir} ({start}):"
         f" rendezvous {env['HETC_RDZV_ENDPOINT']}, id {env['HETC_RDZV_ID']},"
         f" run directory {run_dir}"
     )
+    say(f"hetc: each node's output goes to {run_dir / 'logs'}/node<NNNN>.log")
     for left_out in (n for n in nodes if n not in chosen):
         terminal.say(
             f"hetc: not starting {left_out.label}; to join it: HETC_RDZV_ENDPOINT="
@@ -504,11 +661,12 @@ def run_launch(
     previous = {sig: signal.signal(sig, _raise_signalled) for sig in STOP_SIGNALS}
     try:
         _start(chosen, launch)
-        return _supervise(launch, timeout, out_dir)
+        return _supervise(launch, timeout, out_dir, board)
     except (KeyboardInterrupt, _Signalled) as exc:
         signum = exc.signum if isinstance(exc, _Signalled) else signal.SIGINT
         launch.stop()
         _drain(launch.runs)
+        launch.summarise()
         codes = sorted({r.process.returncode for r in launch.runs})
         ends = ", ".join(outcome(c) if c >= 0 else _describe(c) for c in codes)
         hint = f"; {_resume_hint(out_dir)}" if ends == "preempted" else ""
@@ -517,6 +675,38 @@ def run_launch(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _summarise(launch: _Launch, tail: MetricsTail, out_dir: Path) -> None:
+    tail.poll()
+    try:
+        fresh = [o for o in read_outcomes(launch.run_dir) if o.time >= launch.started]
+    except OutcomeError:
+        fresh = []
+    launch.terminal.say(
+        "\n".join(
+            summary_lines(
+                out_dir=out_dir, run_dir=launch.run_dir, records=tail.records, outcomes=fresh
+            )
+        )
+    )
+
+
+def _check_host(out_dir: Path, *, force: bool, echo: Echo) -> None:
+    """Refuse (EnvironmentProblem) a plan this host cannot run unless `force`; remove stale
+    build locks in torch's extension cache, saying so (`hetc.launch_host`)."""
+    problems = host_problems(plan_ranks(out_dir), gpus=host_gpus(), cores=host_cores())
+    if problems and not force:
+        raise EnvironmentProblem("; and ".join(problems), HOST_FIX)
+    for problem in problems:
+        echo(f"hetc: warning (--force): {problem}", err=True)
+    for lock in recover_stale_locks(extension_roots(os.environ)):
+        echo(
+            f"hetc: removed the stale lock {lock}: an interrupted build of the"
+            f" {lock.parent.name} op left it, and nothing in its folder changed for"
+            f" {STALE_AFTER / 60:.0f} minutes (a build would have waited on it for ever)",
+            err=True,
+        )
 
 
 class LocalJob:

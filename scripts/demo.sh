@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install hetc on a fresh machine, compile a bundled example spec into demo-out/ (plan,
-# topology, DeepSpeed configs, launch scripts, report), then train the bundled CPU example for a
-# few steps on this machine (hetc launch) and calibrate the cost model on that run.
+# topology, DeepSpeed configs, launch scripts, report; with what a mistake in a spec looks like),
+# then train the bundled CPU example for a few steps on this machine (hetc launch).
 # Usage: bash scripts/demo.sh [example spec]   (default: examples/gptneo-a100-v100.yaml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,14 @@ python=${PYTHON:-python3}
 spec=${1:-examples/gptneo-a100-v100.yaml}
 echo "+ hetc validate $spec"
 .venv/bin/hetc validate "$spec"
+
+# What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
+broken=$(mktemp --suffix=.yaml)
+trap 'rm -f "$broken"' EXIT
+sed -e 's/A100-40GB/A100-40G/' -e 's/precision: fp16/precision: bf16/' "$spec" > "$broken"
+echo
+echo "+ hetc validate <the same spec with two mistakes>"
+.venv/bin/hetc validate "$broken" || echo "(exit code $?: the spec is invalid)"
 echo
 echo "+ hetc plan $spec --top 2"
 .venv/bin/hetc plan "$spec" --top 2
@@ -32,15 +40,8 @@ echo "+ hetc compile examples/local-cpu.yaml -o demo-train && hetc launch demo-t
 .venv/bin/pip install -q --disable-pip-version-check -e ".[runtime]"
 .venv/bin/hetc compile examples/local-cpu.yaml -o demo-train
 # --from-scratch: a second demo trains again rather than resuming the first one's last checkpoint
-.venv/bin/hetc launch demo-train --run-dir demo-train-run --from-scratch 2>&1 | grep -E "hetc-runtime: (rank|step)|^hetc:"
+# The launch shows a progress line per node and ends with its summary (final loss, throughput
+# and peak memory against the plan, checkpoint, metrics); `hetc calibrate demo-train-run` then
+# fits the cost model to the run.
 echo
-echo "+ hetc calibrate demo-train-run -o demo-train-run/local-cpu.json   # the cost model fitted to the run"
-.venv/bin/hetc calibrate demo-train-run -o demo-train-run/local-cpu.json | grep -E "^(iteration time|before|after|factors|  )"
-
-# What a mistake looks like: the same spec with a misspelt device and bf16 on V100s.
-broken=$(mktemp --suffix=.yaml)
-trap 'rm -f "$broken"' EXIT
-sed -e 's/A100-40GB/A100-40G/' -e 's/precision: fp16/precision: bf16/' "$spec" > "$broken"
-echo
-echo "+ hetc validate <the same spec with two mistakes>"
-.venv/bin/hetc validate "$broken" || echo "(exit code $?: the spec is invalid)"
+.venv/bin/hetc launch demo-train --run-dir demo-train-run --from-scratch

@@ -17,7 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from hetc.cli import app
-from hetc.plan.outcome import EXIT_PEER_LOST, Outcome, outcome_path, write_outcome
+from hetc.plan.outcome import (
+    EXIT_PEER_LOST,
+    CheckpointRef,
+    Outcome,
+    outcome_path,
+    write_outcome,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL = ROOT / "examples" / "local-cpu.yaml"
@@ -88,14 +94,18 @@ def fake(tmp_path: Path) -> dict[str, str]:
 
 
 def _launch(
-    out: Path, env: dict[str, str], *options: str, timeout: float = 60
+    out: Path, env: dict[str, str], *options: str, timeout: float = 60, verbose: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    """`hetc launch`, by default with --verbose (node lines on stdout, as these tests read
+    them), in the fake's temporary folder (the default run directory lands there)."""
     return subprocess.run(
-        [sys.executable, "-m", "hetc", "launch", str(out), *options],
+        [sys.executable, "-m", "hetc", "launch", str(out), *options]
+        + (["--verbose"] if verbose else []),
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
+        cwd=Path(env["FAKE_PIDS"]).parent if "FAKE_PIDS" in env else None,
     )
 
 
@@ -160,7 +170,8 @@ def test_every_node_starts_once_and_every_line_arrives_whole(
     assert floods == {node_id: lines for node_id in node_ids}
     for node_id in node_ids:
         assert f"] fake-torchrun stderr {node_id}" in done.stderr
-    assert done.stderr.splitlines()[-1] == "hetc: done: all 2 node(s) exited 0"
+    end = done.stderr.splitlines()
+    assert end[end.index("hetc: done: all 2 node(s) exited 0") + 1] == "hetc: summary"
 
 
 def test_the_users_restarts_setting_is_kept(compiled: Path, fake: dict[str, str]) -> None:
@@ -288,6 +299,7 @@ def test_interrupt_stops_every_node(
     hetc = subprocess.Popen(
         [sys.executable, "-m", "hetc", "launch", str(compiled)],
         env={**fake, "FAKE_SLEEP": "60"},
+        cwd=Path(fake["FAKE_PIDS"]).parent,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -385,7 +397,7 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
         compiled, env, "--run-dir", str(tmp_path / "run"), "--timeout", "240", timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stderr.splitlines()[-1] == "hetc: done: all 2 node(s) exited 0"
+    assert "hetc: done: all 2 node(s) exited 0" in done.stderr.splitlines()
     for rank in range(4):
         ready = [
             line
@@ -406,3 +418,197 @@ def test_a_term_grace_that_is_not_seconds_is_an_environment_problem(
     assert "HETC_TERM_GRACE=soon is not a whole number of seconds" in done.stderr
     assert "To fix:" in done.stderr
     assert not list(Path(fake["FAKE_PIDS"]).iterdir())
+
+
+def test_node_output_goes_to_the_node_logs_not_the_terminal(
+    compiled: Path, node_ids: list[str], fake: dict[str, str], tmp_path: Path
+) -> None:
+    """Without --verbose no node line reaches the terminal; each node's log holds all of its
+    own lines (stdout and stderr), whole, and none of the other node's."""
+    run_dir = tmp_path / "run"
+    env = {**fake, "FAKE_LINES": "50"}
+    done = _launch(compiled, env, "--run-dir", str(run_dir), verbose=False)
+    assert done.returncode == 0, done.stderr
+    assert "flood" not in done.stdout + done.stderr
+    assert "fake-torchrun" not in done.stdout + done.stderr
+    assert f"each node's output goes to {run_dir / 'logs'}/node<NNNN>.log" in done.stderr
+    for index, node_id in enumerate(node_ids):
+        log = (run_dir / "logs" / f"node{index:04d}.log").read_text(encoding="utf-8")
+        floods = [line for line in log.splitlines() if line.startswith("flood ")]
+        assert floods == [f"flood {i} {node_id} {'x' * LONG}" for i in range(1, 51)]
+        assert f"fake-torchrun stderr {node_id}" in log
+        assert node_ids[1 - index] not in log
+
+
+def test_quiet_prints_only_the_summary(
+    compiled: Path, fake: dict[str, str], tmp_path: Path
+) -> None:
+    """--quiet: no start line, no progress, no done line; the summary alone."""
+    run_dir = tmp_path / "run"
+    done = _launch(compiled, fake, "--run-dir", str(run_dir), "--quiet", verbose=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert lines[0] == "hetc: summary", done.stderr
+    assert [line.split()[0] for line in lines[1:]] == [
+        "final",
+        "throughput",
+        "peak",
+        "checkpoint",
+        "metrics",
+        "logs",
+    ]
+
+
+FAKE_METRICS = r"""#!/usr/bin/env bash
+# A torchrun whose two "ranks" write metrics lines and done outcome records as the runtime
+# does, then print a C++ stack; on FAKE_FAIL_AFTER_DONE's node it exits 1, as an agent whose
+# rendezvous host left first does.
+rank_base=$(( ${HETC_NODE##*/n} * 2 ))
+mkdir -p "$HETC_RUN_DIR/metrics" "$HETC_RUN_DIR/outcome"
+for step in 0 1 2 3 4; do
+    for r in $rank_base $((rank_base + 1)); do
+        line='{"step": %d, "loss": %d.5, "seconds": 0.5, "samples_per_second": 16.0,'
+        line+=' "peak_bytes": %d, "rank": %d}\n'
+        # shellcheck disable=SC2059
+        printf "$line" "$step" $(( 10 - step )) $(( 1048576 * (r + 1) )) "$r" \
+            >> "$HETC_RUN_DIR/metrics/rank-0000$r.jsonl"
+    done
+done
+for r in $rank_base $((rank_base + 1)); do
+    sed -e "s/__NOW__/$(date +%s.%N)/" -e "s/__RANK__/$r/" "$FAKE_DONE" \
+        > "$HETC_RUN_DIR/outcome/rank-0000$r.json"
+done
+echo "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:670" >&2
+if [[ "$HETC_NODE" == "${FAKE_FAIL_AFTER_DONE:-}" ]]; then exit 1; fi
+"""
+
+
+def _metrics_fake(tmp_path: Path, fake: dict[str, str]) -> dict[str, str]:
+    """The environment for FAKE_METRICS: every rank records steps 0-4 and a done outcome."""
+    script = tmp_path / "fake-metrics-torchrun"
+    script.write_text(FAKE_METRICS, encoding="utf-8")
+    script.chmod(0o755)
+    done = Outcome(
+        code=0,
+        reason="trained steps 0 to 4",
+        rank=0,
+        node=None,
+        local_rank=0,
+        plan_hash=None,
+        step=5,
+        checkpoint=CheckpointRef(path="/ckpt/step-5", step=5, sample=40),
+        time=0.0,
+    )
+    template = json.dumps(done.to_json())
+    template = template.replace('"time": 0.0', '"time": __NOW__')
+    template = template.replace('"rank": 0', '"rank": __RANK__')
+    (tmp_path / "done.json").write_text(template, encoding="utf-8")
+    return {**fake, "HETC_TORCHRUN": str(script), "FAKE_DONE": str(tmp_path / "done.json")}
+
+
+def test_the_summary_reports_the_runs_metrics_against_the_plan(
+    compiled: Path, fake: dict[str, str], tmp_path: Path
+) -> None:
+    """Final loss (10.5 - step, at step 4), throughput of the steps after the first two
+    (8 samples / 0.5 s = 16/s) against plan.json's samples_per_second, the largest peak
+    (rank 3: 4 MiB) against the plan's largest, the outcome records' checkpoint, the metrics
+    and logs paths; a metrics line written before the launch (step 99, a huge peak) is not
+    counted."""
+    run_dir = tmp_path / "run"
+    (run_dir / "metrics").mkdir(parents=True)
+    old = '{"step": 99, "loss": 0.1, "seconds": 1.0, "peak_bytes": 999999999, "rank": 0}\n'
+    (run_dir / "metrics" / "rank-00000.jsonl").write_text(old, encoding="utf-8")
+    done = _launch(
+        compiled, _metrics_fake(tmp_path, fake), "--run-dir", str(run_dir), verbose=False
+    )
+    assert done.returncode == 0, done.stderr
+    plan = json.loads((compiled / "plan.json").read_text(encoding="utf-8"))["predictions"]
+    rate = plan["samples_per_second"]
+    peak = max(plan["peak_memory"].values())
+    lines = done.stderr.splitlines()
+    assert lines[lines.index("hetc: summary") :] == [
+        "hetc: summary",
+        "  final loss    6.5000 (step 4)",
+        f"  throughput    16.0 samples/s, mean of steps 2-4; predicted {rate:.1f}"
+        f" ({16 / rate:.2f}x)",
+        f"  peak memory   4.0 MiB on the largest rank; predicted {peak / 2**20:.1f} MiB"
+        f" ({4 * 2**20 / peak:.2f}x)",
+        "  checkpoint    /ckpt/step-5 (resumes at step 5)",
+        f"  metrics       {run_dir / 'metrics'}",
+        f"  logs          {run_dir / 'logs'}/node<NNNN>.log",
+    ]
+    progress = [line for line in lines if line.startswith("hetc: node0001 ")]
+    assert progress[-1].endswith(": step 4, loss 6.5000, 16.0 samples/s"), progress
+    assert "Utils.hpp" not in done.stderr
+
+
+def test_a_torchrun_failing_after_its_ranks_finished_is_a_done_node(
+    compiled: Path, node_ids: list[str], fake: dict[str, str], tmp_path: Path
+) -> None:
+    """The teardown race: node0000's torchrun exits 1 with a C++ stack after both its ranks
+    recorded the end of training. The run is done (exit 0, a summary, no stack on the
+    terminal); the node's log keeps the stack and says why the node counted as done.
+    Checked to fail with `finished_ranks` returning False (exit 1, "failed first")."""
+    run_dir = tmp_path / "run"
+    env = {**_metrics_fake(tmp_path, fake), "FAKE_FAIL_AFTER_DONE": node_ids[0]}
+    done = _launch(compiled, env, "--run-dir", str(run_dir), verbose=False)
+    assert done.returncode == 0, done.stderr
+    assert "Utils.hpp" not in done.stderr and "Traceback" not in done.stderr
+    assert (
+        f"hetc: done: every rank of all 2 node(s) finished (node0000 {node_ids[0]}:"
+        " torchrun failed in its teardown after that; see its log)"
+    ) in done.stderr
+    assert "hetc: summary" in done.stderr
+    log = (run_dir / "logs" / "node0000.log").read_text(encoding="utf-8")
+    assert "Utils.hpp" in log
+    assert "torchrun exited 1 after every rank of this node recorded the end of training" in log
+
+
+def test_a_torchrun_failing_before_its_ranks_finished_still_fails(
+    compiled: Path, node_ids: list[str], fake: dict[str, str], tmp_path: Path
+) -> None:
+    """Done records a previous launch left in the run directory do not excuse a failure."""
+    run_dir = tmp_path / "run"
+    env = _metrics_fake(tmp_path, fake)
+    assert _launch(compiled, env, "--run-dir", str(run_dir), verbose=False).returncode == 0
+    env = {**fake, "FAKE_FAIL_NODE": node_ids[0], "FAKE_SLEEP": "60"}
+    done = _launch(compiled, env, "--run-dir", str(run_dir), verbose=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"hetc: failed: node0000 {node_ids[0]}")
+    _assert_all_gone(fake)
+
+
+@pytest.mark.slow
+def test_the_two_node_example_ends_cleanly_every_time_under_load(
+    compiled: Path, tmp_path: Path
+) -> None:
+    """Five real launches of the two-node example while two busy loops load the cores (the
+    load under which a node's torchrun once failed in its teardown): each exits 0 with the
+    summary and its final loss, and no stack or node line reaches the terminal."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("HETC_")}
+    env = {**environ, "HETC_BACKEND": "gloo", "HETC_STARTUP_TIMEOUT": "120"}
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for attempt in range(5):
+            run_dir = tmp_path / f"run{attempt}"
+            done = _launch(
+                compiled,
+                env,
+                *("--run-dir", str(run_dir), "--from-scratch", "--timeout", "400"),
+                timeout=450,
+                verbose=False,
+            )
+            output = done.stdout + done.stderr
+            assert done.returncode == 0, (attempt, output[-3000:])
+            assert done.stdout == ""
+            lines = done.stderr.splitlines()
+            summary = lines[lines.index("hetc: summary") :]
+            assert re.fullmatch(r"  final loss    \d+\.\d{4} \(step 19\)", summary[1]), summary
+            assert summary[4] == f"  checkpoint    {run_dir}/ckpt/step-20 (resumes at step 20)"
+            for noise in ("Traceback", "Exception raised from", "WARNING", "hetc-runtime:"):
+                assert noise not in output, (attempt, noise)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

@@ -364,3 +364,40 @@ def test_the_cpu_cache_is_read_from_sysfs_when_it_says() -> None:
         assert found == largest
     else:
         assert found == 32 * 1024 * 1024
+
+
+BLOCK_TORCH = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+from hetc.cli import main
+sys.argv[0] = "hetc"
+main()
+"""
+
+
+def test_measure_without_torch_is_an_environment_problem(tmp_path: Path) -> None:
+    """A Python that cannot import torch: exit 4 with the install line, not exit 70 (an
+    internal error); the refusal comes before any file is written."""
+    spec = Path(__file__).resolve().parent.parent / "examples" / "local-cpu.yaml"
+    out = tmp_path / "profile.json"
+    measure = ("profile", "measure", str(spec), "--device", "LOCAL-CPU", "-o", str(out))
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCK_TORCH, *measure],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 4, done.stderr
+    assert f"which {sys.executable} cannot import" in done.stderr
+    assert f"To fix: install the runtime extra into this environment: {sys.executable} -m pip" in (
+        done.stderr
+    )
+    assert "torch==2.13.0" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
