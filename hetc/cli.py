@@ -125,6 +125,14 @@ def _guarded(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _echo(message: str | None = None, **kwargs: Any) -> None:
+    """typer.echo that keeps rich's escape codes when HETC_COLOR=always forces them into a
+    pipe (click strips them from a stream that is not a terminal)."""
+    from hetc.console import color_mode
+
+    typer.echo(message, color=True if color_mode() == "always" else None, **kwargs)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"hetc {__version__}")
@@ -219,7 +227,7 @@ def simulate(
         spec,
         plan,
         as_json=as_json,
-        echo=typer.echo,
+        echo=_echo,
         profile_files=[str(p) for p in profile or ()],
         strict_profiles=strict_profiles,
         rank=rank,
@@ -265,7 +273,7 @@ def plan_command(
         time_limit=time_limit,
         eval_limit=eval_limit,
         solver=solver,
-        echo=typer.echo,
+        echo=_echo,
         profile_files=[str(p) for p in profile or ()],
         strict_profiles=strict_profiles,
         measured_points=measured_points,

@@ -28,6 +28,7 @@ from hetc.solver.search import (
     SearchResult,
     search,
 )
+from hetc.units import fixed, format_usd
 
 __all__ = [
     "LARGE_CLUSTER_DEVICES",
@@ -197,11 +198,11 @@ def _comparison(spec: Spec, value: float, best: float) -> str:
     simulator's objective, lower is better: a tie said as one, not as a loss of 0.0%."""
     throughput = spec.objective == "max_throughput"
     if throughput:
-        head = f"the best plan using it does {1 / value:.4g} iterations/s"
-        plan1 = f"plan 1's {1 / best:.4g}"
+        head = f"the best plan using it does {fixed(1 / value)} iterations/s"
+        plan1 = f"plan 1's {fixed(1 / best)}"
     else:
-        head = f"the cheapest plan using it costs {value:.4g} USD/iteration"
-        plan1 = f"plan 1's {best:.4g}"
+        head = f"the cheapest plan using it costs {format_usd(value)} per iteration"
+        plan1 = f"plan 1's {format_usd(best)}"
     if value == best:
         return (
             f"{head}, the same as plan 1 by the simulator: it loses only on a tie-break"
