@@ -184,16 +184,19 @@ def validate(
             )
         )
     else:
+        from hetc.console import diagnostic_line
+        from hetc.units import plural
+
         for result in results:
             for diagnostic in result.diagnostics:
-                typer.echo(diagnostic.format())
+                _echo(diagnostic_line(diagnostic.format(), diagnostic.severity))
         for problem in unreadable:
             typer.echo(f"hetc: {problem.what}\nTo fix: {problem.to_fix}", err=True)
         errors = sum(len(r.errors) for r in results)
         warnings = sum(len(r.warnings) for r in results)
         typer.echo(
-            f"hetc: {len(results) - len(invalid)} of {len(files)} file(s) valid"
-            f" ({errors} error(s), {warnings} warning(s))",
+            f"hetc: {len(results) - len(invalid)} of {plural(len(files), 'file')} valid"
+            f" ({plural(errors, 'error')}, {plural(warnings, 'warning')})",
             err=True,
         )
     if unreadable:

@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Column", "color_mode", "emphasis", "render_table", "styled_output"]
+__all__ = [
+    "Column",
+    "color_mode",
+    "diagnostic_line",
+    "emphasis",
+    "render_table",
+    "styled_output",
+]
 
 COLOR_VARIABLE = "HETC_COLOR"
 
@@ -63,7 +70,12 @@ def _render(renderable: object) -> str:
         emoji=False,
         markup=False,
     )
-    console.print(renderable)
+    natural = console.measure(renderable, options=console.options.update_width(10_000)).maximum
+    if natural > console.width:
+        # wider than the terminal: the terminal wraps the lines rather than rich truncating
+        # cells (a cut rank name or number is worse than a wrapped line)
+        console.width = natural
+    console.print(renderable, crop=False)
     return "\n".join(line.rstrip() for line in buffer.getvalue().rstrip("\n").split("\n"))
 
 
@@ -79,7 +91,13 @@ def render_table(
         from rich.padding import Padding
         from rich.table import Table
 
-        table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            header_style="bold",
+            pad_edge=False,
+            show_edge=False,
+            padding=(0, 1, 0, 0),
+        )
         for column in columns:
             table.add_column(column.header, justify=column.align, no_wrap=True)
         for row in rows:
@@ -103,3 +121,10 @@ def emphasis(text: str, style: str, *, styled: bool) -> str:
     from rich.text import Text
 
     return _render(Text(text, style=style, no_wrap=True, overflow="ignore"))
+
+
+def diagnostic_line(line: str, severity: str) -> str:
+    """A `hetc validate` diagnostic: red for an error, yellow for a warning on a terminal;
+    unchanged otherwise (rich is not even imported, to keep the pre-commit hook fast)."""
+    styled = styled_output()
+    return emphasis(line, "yellow" if severity == "warning" else "red", styled=styled)

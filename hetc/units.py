@@ -200,10 +200,12 @@ def format_duration(seconds: float) -> str:
 
 
 def format_usd(usd: float) -> str:
-    """Money: cents for 1 USD and more, three significant digits below, and µUSD under a
-    thousandth of a dollar (4.764e-06 -> '4.76 µUSD')."""
+    """Money: whole dollars from 1,000 USD, cents from 1 USD, three significant digits
+    below, and µUSD under a thousandth of a dollar (4.764e-06 -> '4.76 µUSD')."""
     if usd == 0 or not math.isfinite(usd):
         return f"{fixed(usd)} USD"
+    if abs(usd) >= 1000:
+        return f"{usd:,.0f} USD"
     if abs(usd) >= 1:
         return f"{usd:,.2f} USD"
     if abs(float(f"{usd:.3g}")) >= 1e-3:

@@ -16,6 +16,7 @@ from hetc.schema.source import read_plain_text
 from hetc.schema.spec import Spec
 from hetc.solver.given import GivenPlanError, check_given_plan
 from hetc.solver.report import Echo, cross_check, planned_or_diagnosed
+from hetc.units import format_duration, format_usd, plural
 
 
 def run_compile_command(
@@ -164,9 +165,10 @@ def _say_compiled(
     nodes = len({p.node for p in compiled.topology.processes})
     echo(
         f"hetc: compiled {spec_path} -> {output} ({written.name}):"
-        f" {compiled.topology.world_size} rank(s) on {nodes} node(s),"
-        f" {len(compiled.plan.stages)} stage(s) x {len(compiled.plan.pipelines)} pipeline(s);"
-        f" predicted {iteration_time:.4g} s/iteration, {cost:.4g} USD/iteration",
+        f" {plural(compiled.topology.world_size, 'rank')} on {plural(nodes, 'node')},"
+        f" {plural(len(compiled.plan.stages), 'stage')} x"
+        f" {plural(len(compiled.plan.pipelines), 'pipeline')}; predicted"
+        f" {format_duration(iteration_time)} and {format_usd(cost)} per iteration",
         err=True,
     )
     launchers = sorted(p for p in compiled.files if p.endswith(".sbatch"))
