@@ -17,7 +17,10 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 __all__ = [
     "Column",
@@ -56,7 +59,7 @@ def styled_output() -> bool:
         return False
 
 
-def _render(renderable: object) -> str:
+def _render(renderable: RenderableType) -> str:
     """What rich would print for `renderable` on a terminal of rich's width, as a string."""
     from rich.console import Console
 

@@ -10,10 +10,10 @@ import pytest
 from hetc.console import Column, color_mode, emphasis, render_table, styled_output
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-COLUMNS = [Column("rank"), Column("device"), Column("total", "right")]
+COLUMNS = [Column("rank"), Column("device"), Column("total", "right"), Column("capacity", "right")]
 ROWS = [
-    ["a", "A100-40GB", "1.00"],
-    ["a-very-long-rank-name@zone-with-a-long-name/n17#3", "V100", "23.88"],
+    ["a", "A100-40GB", "1.00", "37.3"],
+    ["a-very-long-rank-name@zone-with-a-long-name/n17#3", "V100", "23.88", "14.9"],
 ]
 
 
@@ -29,13 +29,15 @@ def _starts(line: str, cells: list[str]) -> list[int]:
 
 def test_plain_headers_sit_over_their_columns() -> None:
     """Left columns start where their header starts, right columns end where it ends, on
-    every row, whatever the length of a rank name (the 'replicas' header bug)."""
+    every row, whatever the length of a rank name or a header (the 'replicas' header bug;
+    mutation-checked: sizing columns by their cells alone fails it)."""
     lines = render_table(COLUMNS, ROWS, styled=False).splitlines()
     header = _starts(lines[0], [c.header for c in COLUMNS])
     for line, row in zip(lines[1:], ROWS, strict=True):
         starts = _starts(line, row)
         assert starts[:2] == header[:2]
         assert starts[2] + len(row[2]) == header[2] + len("total")
+        assert starts[3] + len(row[3]) == header[3] + len("capacity")
 
 
 def test_plain_table_indent_and_no_trailing_spaces() -> None:
