@@ -186,31 +186,32 @@ def fixed(value: float, significant: int = 3) -> str:
     return f"{rounded:,.{decimals}f}"
 
 
-def format_duration(seconds: float) -> str:
-    """A duration in the largest unit that keeps it at least 1 (µs, ms, s, min, h, days)."""
+def format_duration(seconds: float, significant: int = 3) -> str:
+    """A duration in the largest unit that keeps it at least 1 (µs, ms, s, min, h, days),
+    to `significant` digits."""
     if seconds == 0 or not math.isfinite(seconds):
         return f"{fixed(seconds)} s"
-    size = abs(float(f"{seconds:.3g}"))
+    size = abs(float(f"{seconds:.{significant}g}"))
     for factor, unit in _DURATION_STEPS:
         if size >= factor:
-            return f"{fixed(seconds / factor)} {unit}"
+            return f"{fixed(seconds / factor, significant)} {unit}"
     if size >= 1e-3:
-        return f"{fixed(seconds * 1e3)} ms"
-    return f"{fixed(seconds * 1e6)} µs"
+        return f"{fixed(seconds * 1e3, significant)} ms"
+    return f"{fixed(seconds * 1e6, significant)} µs"
 
 
-def format_usd(usd: float) -> str:
+def format_usd(usd: float, significant: int = 3) -> str:
     """Money: whole dollars from 1,000 USD, cents from 1 USD, three significant digits
-    below, and µUSD under a thousandth of a dollar (4.764e-06 -> '4.76 µUSD')."""
+    below (`significant`), and µUSD under a thousandth of a dollar (4.764e-06 -> '4.76 µUSD')."""
     if usd == 0 or not math.isfinite(usd):
         return f"{fixed(usd)} USD"
     if abs(usd) >= 1000:
         return f"{usd:,.0f} USD"
     if abs(usd) >= 1:
         return f"{usd:,.2f} USD"
-    if abs(float(f"{usd:.3g}")) >= 1e-3:
-        return f"{fixed(usd)} USD"
-    return f"{fixed(usd * 1e6)} µUSD"
+    if abs(float(f"{usd:.{significant}g}")) >= 1e-3:
+        return f"{fixed(usd, significant)} USD"
+    return f"{fixed(usd * 1e6, significant)} µUSD"
 
 
 def plural(count: int, word: str, many: str | None = None) -> str:

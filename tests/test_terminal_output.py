@@ -289,3 +289,15 @@ def test_simulate_json_is_byte_identical_to_before(tmp_path: Path) -> None:
             ["simulate", str(spec), "--plan", str(_plan_json(spec, tmp_path)), "--json"], TERMINAL
         )
         assert hashlib.sha256(text.encode()).hexdigest() == digest, example
+
+
+def test_cross_check_line_has_units_and_no_exponent(tmp_path: Path) -> None:
+    """--solver cp-sat on a tiny model: both values in ms per iteration, fixed point (today's
+    main printed `0.00812843 vs the search's 0.00812843`, and exponents for costs)."""
+    text = _run(["plan", str(_small(tmp_path)), "--solver", "cp-sat", "--top", "1"], PLAIN)
+    (line,) = [row for row in text.splitlines() if row.startswith("CP-SAT on the chosen shape")]
+    assert re.match(
+        r"CP-SAT on the chosen shape: [0-9.]+ ms per iteration vs the search's [0-9.]+ ms per"
+        r" iteration \(gap -?[0-9.]+%\), [0-9.]+ s$",
+        line,
+    ), line

@@ -177,3 +177,10 @@ def test_plurals_and_ranges() -> None:
     assert plural(1280, "rank") == "1,280 ranks"
     assert index_ranges([8, 9, 0, 1, 2, 3, 11]) == "0-3, 8-9, 11"
     assert index_ranges([5]) == "5"
+
+
+def test_more_significant_digits_on_request() -> None:
+    """significant=6 (the CP-SAT cross-check's) keeps six digits in the same unit choice."""
+    assert format_duration(0.008128, 6) == "8.12800 ms"
+    assert format_usd(8.286e-06, 6) == "8.28600 µUSD"
+    assert format_usd(0.2146, 6) == "0.214600 USD"

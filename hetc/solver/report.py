@@ -416,12 +416,20 @@ def run_plan_command(
             + (
                 "no feasible assignment"
                 if checked["cp_sat"] is None
-                else f"{checked['cp_sat']:.6g} vs the search's {checked['search']:.6g}"
-                f" (gap {100 * checked['gap']:.2g}%), {checked['seconds']:.2f} s"
+                else f"{_objective_value(spec, checked['cp_sat'])} vs the search's"
+                f" {_objective_value(spec, checked['search'])} (gap {100 * checked['gap']:.2f}%),"
+                f" {checked['seconds']:.2f} s"
             )
         )
     echo("\n\n".join(blocks))
     return 0
+
+
+def _objective_value(spec: Spec, value: float) -> str:
+    """A planning-model objective value to six digits in its unit (the cross-check's)."""
+    if spec.objective == "min_cost":
+        return f"{format_usd(value, 6)} per iteration"
+    return f"{format_duration(value, 6)} per iteration"
 
 
 def _result_json(
