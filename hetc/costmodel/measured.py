@@ -142,7 +142,8 @@ def read_run(
     missing = sorted(set(range(world_size)) - set(lines))
     if missing:
         raise RunDataError(
-            f"{folder}: no metrics of rank(s) {', '.join(map(str, missing))}; the plan has"
+            f"{folder}: no metrics of {'rank' if len(missing) == 1 else 'ranks'}"
+            f" {', '.join(map(str, missing))}; the plan has"
             f" {world_size} ranks",
             "calibrate a run in which every rank wrote to the same run directory (under Slurm,"
             " a HETC_RUN_DIR on a shared file system)",
@@ -150,7 +151,8 @@ def read_run(
     extra = sorted(set(lines) - set(range(world_size)))
     if extra:
         raise RunDataError(
-            f"{folder}: metrics of rank(s) {', '.join(map(str, extra))}, which the plan"
+            f"{folder}: metrics of {'rank' if len(extra) == 1 else 'ranks'}"
+            f" {', '.join(map(str, extra))}, which the plan"
             f" ({world_size} ranks) does not have",
             "use one run directory per run; this one holds another plan's metrics",
         )
