@@ -36,7 +36,9 @@ def with_quota(spec: Spec, slot: PoolSlot, quota: int) -> Spec:
 def explain_used(result: PlanningResult, spec: Spec, **kwargs: Any) -> list[str]:
     """One line per pool plan 1 rents: nodes rented of the quota, and for a pool rented in
     full, what the best plan with twice its quota would gain (the simulator's objective,
-    searched with plan 1's approximations); then whether plan 1 is at `max_gpus`."""
+    searched with plan 1's approximations and `kwargs`, e.g. its time limit: a search that
+    stops early without a better plan leaves the question open, and says so); then whether
+    plan 1 is at `max_gpus`."""
     if not result.proposals:
         return []
     chosen = result.proposals[0]
@@ -60,6 +62,11 @@ def explain_used(result: PlanningResult, spec: Spec, **kwargs: Any) -> list[str]
             lines.append(
                 f"{head}, its whole quota, and the quota binds: with twice the quota the best"
                 f" plan {_gain(spec, value, best)}"
+            )
+        elif not wider.search.complete:
+            lines.append(
+                f"{head}, its whole quota; with twice the quota the search found no better plan"
+                f" before it stopped ({wider.search.stop_reason}), so whether it binds is open"
             )
         else:
             lines.append(

@@ -408,7 +408,9 @@ def run_plan_command(
     if explain and not explanations:
         blocks.append(
             "every pool of the spec is used by plan 1; how much of each, and what binds:\n"
-            + "\n".join(f"  {line}" for line in explain_used(result, spec, **options))
+            + "\n".join(
+                f"  {line}" for line in explain_used(result, spec, time_limit=time_limit, **options)
+            )
         )
     if checked is not None:
         blocks.append(
