@@ -82,6 +82,7 @@ def test_hetc_color_chooses_the_output(
 def test_emphasis_only_when_styled(monkeypatch: pytest.MonkeyPatch) -> None:
     """emphasis() adds escape codes when styled, returns the text untouched otherwise, and
     NO_COLOR drops the colour."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
     assert emphasis("plan 1", "bold", styled=False) == "plan 1"
     assert emphasis("plan 1", "bold", styled=True) == "\x1b[1mplan 1\x1b[0m"
     monkeypatch.setenv("NO_COLOR", "1")

@@ -24,8 +24,9 @@ from hetc.units import format_duration, format_usd
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
-TERMINAL = {"HETC_COLOR": "always", "COLUMNS": "100"}
-PLAIN = {"HETC_COLOR": "never"}
+TERMINAL: dict[str, str | None] = {"HETC_COLOR": "always", "COLUMNS": "100", "NO_COLOR": None}
+"""Terminal mode at width 100 whatever the environment (None: the variable is unset)."""
+PLAIN: dict[str, str | None] = {"HETC_COLOR": "never"}
 SECONDS = re.compile(r"in [0-9.]+ s;")
 EXPONENT = re.compile(r"[0-9]e[+-]?[0-9]")
 SMALL_SPEC = """\
@@ -48,7 +49,7 @@ zones:
 runner = CliRunner()
 
 
-def _run(args: list[str], env: dict[str, str]) -> str:
+def _run(args: list[str], env: dict[str, str | None]) -> str:
     result = runner.invoke(app, args, env=env)
     assert result.exit_code in (0, 1), result.output
     return result.stdout
