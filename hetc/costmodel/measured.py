@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetc.schema import EnvironmentProblem
+from hetc.units import plural
 
 MIN_STEPS = 3
 """Steps needed on every rank after the warm-up, for a median that one outlier cannot move."""
@@ -164,8 +165,9 @@ def read_run(
             for r, u in usable.items()
         )
         raise RunDataError(
-            f"{folder}: {len(steps)} step(s) usable on every rank after {warmup} warm-up"
-            f" step(s){' and the memory-tracked ones' if cpu else ''} ({spans});"
+            f"{folder}: {plural(len(steps), 'step')} usable on every rank after"
+            f" {plural(warmup, 'warm-up step')}"
+            f"{' and the memory-tracked ones' if cpu else ''} ({spans});"
             f" calibration needs {MIN_STEPS}",
             f"train for more steps (at least {warmup + MIN_STEPS + (2 if cpu else 0)}), or"
             " lower --warmup",

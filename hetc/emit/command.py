@@ -114,7 +114,7 @@ def run_compile_plan_command(
         for diagnostic in exc.diagnostics:
             echo(diagnostic.format())
         echo(
-            f"hetc: {plan_path}: {len(exc.diagnostics)} problem(s); nothing was written",
+            f"hetc: {plan_path}: {plural(len(exc.diagnostics), 'problem')}; nothing was written",
             err=True,
         )
         return 1
