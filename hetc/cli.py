@@ -125,6 +125,14 @@ def _guarded(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _echo(message: str | None = None, **kwargs: Any) -> None:
+    """typer.echo that keeps rich's escape codes when HETC_COLOR=always forces them into a
+    pipe (click strips them from a stream that is not a terminal)."""
+    from hetc.console import color_mode
+
+    typer.echo(message, color=True if color_mode() == "always" else None, **kwargs)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"hetc {__version__}")
@@ -176,16 +184,19 @@ def validate(
             )
         )
     else:
+        from hetc.console import diagnostic_line
+        from hetc.units import plural
+
         for result in results:
             for diagnostic in result.diagnostics:
-                typer.echo(diagnostic.format())
+                _echo(diagnostic_line(diagnostic.format(), diagnostic.severity))
         for problem in unreadable:
             typer.echo(f"hetc: {problem.what}\nTo fix: {problem.to_fix}", err=True)
         errors = sum(len(r.errors) for r in results)
         warnings = sum(len(r.warnings) for r in results)
         typer.echo(
-            f"hetc: {len(results) - len(invalid)} of {len(files)} file(s) valid"
-            f" ({errors} error(s), {warnings} warning(s))",
+            f"hetc: {len(results) - len(invalid)} of {plural(len(files), 'file')} valid"
+            f" ({plural(errors, 'error')}, {plural(warnings, 'warning')})",
             err=True,
         )
     if unreadable:
@@ -219,7 +230,7 @@ def simulate(
         spec,
         plan,
         as_json=as_json,
-        echo=typer.echo,
+        echo=_echo,
         profile_files=[str(p) for p in profile or ()],
         strict_profiles=strict_profiles,
         rank=rank,
@@ -265,7 +276,7 @@ def plan_command(
         time_limit=time_limit,
         eval_limit=eval_limit,
         solver=solver,
-        echo=typer.echo,
+        echo=_echo,
         profile_files=[str(p) for p in profile or ()],
         strict_profiles=strict_profiles,
         measured_points=measured_points,

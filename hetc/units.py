@@ -163,3 +163,75 @@ def _bound(dim: Dimension) -> str:
     """What a value of `dim` may be, after a negative one."""
     what = "zero or more" if dim.zero_allowed else "positive"
     return f"a {dim.name.replace('_', ' ')} is {what}, for example {dim.example!r}"
+
+
+# -- numbers for people ----------------------------------------------------------------------
+# The reverse direction: SI values shown in text a person reads (`hetc plan`, `simulate`,
+# `compile`) as fixed-point numbers in a unit chosen for their size, never `1.07857e+06 s`.
+
+_DURATION_STEPS = ((86400.0, "days"), (3600.0, "h"), (60.0, "min"), (1.0, "s"))
+
+
+def fixed(value: float, significant: int = 3) -> str:
+    """`value` in fixed-point notation with about `significant` significant digits and
+    thousands separators: 1.6438 -> '1.64', 412.3 -> '412', 1234567.8 -> '1,234,568'."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 10 ** (significant - 1):
+        return f"{value:,.0f}"  # whole numbers keep every digit: 1,234,568, not 1,230,000
+    rounded = float(f"{value:.{significant}g}")  # 9.996 -> 10.0: the digits count after it
+    decimals = max(0, significant - 1 - math.floor(math.log10(abs(rounded))))
+    return f"{rounded:,.{decimals}f}"
+
+
+def format_duration(seconds: float, significant: int = 3) -> str:
+    """A duration in the largest unit that keeps it at least 1 (µs, ms, s, min, h, days),
+    to `significant` digits."""
+    if seconds == 0 or not math.isfinite(seconds):
+        return f"{fixed(seconds)} s"
+    size = abs(float(f"{seconds:.{significant}g}"))
+    for factor, unit in _DURATION_STEPS:
+        if size >= factor:
+            return f"{fixed(seconds / factor, significant)} {unit}"
+    if size >= 1e-3:
+        return f"{fixed(seconds * 1e3, significant)} ms"
+    return f"{fixed(seconds * 1e6, significant)} µs"
+
+
+def format_usd(usd: float, significant: int = 3) -> str:
+    """Money: whole dollars from 1,000 USD, cents from 1 USD, three significant digits
+    below (`significant`), and µUSD under a thousandth of a dollar (4.764e-06 -> '4.76 µUSD')."""
+    if usd == 0 or not math.isfinite(usd):
+        return f"{fixed(usd)} USD"
+    if abs(usd) >= 1000:
+        return f"{usd:,.0f} USD"
+    if abs(usd) >= 1:
+        return f"{usd:,.2f} USD"
+    if abs(float(f"{usd:.{significant}g}")) >= 1e-3:
+        return f"{fixed(usd, significant)} USD"
+    return f"{fixed(usd * 1e6, significant)} µUSD"
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """'1 node', '32 nodes', '2 microbatches': the count and the word in its right number
+    (`many` for a plural that is not the word plus -s or -es)."""
+    if count == 1:
+        return f"{count:,} {word}"
+    if many is None:
+        many = word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
+    return f"{count:,} {many}"
+
+
+def index_ranges(indices: list[int]) -> str:
+    """Sorted integers as ranges: [0, 1, 2, 3, 8, 9] -> '0-3, 8-9'; [5] -> '5'."""
+    parts: list[str] = []
+    ordered = sorted(indices)
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            first, last = ordered[start], ordered[i - 1]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            start = i
+    return ", ".join(parts)

@@ -194,7 +194,7 @@ def test_what_cannot_be_corrected_is_said() -> None:
     )
     notes = "\n".join(calibrate(plan, spec, [], run).notes)
     assert "no rank's predicted communication depends on a link" in notes
-    assert "rank(s) 0 measured up to 2 ms of communication" in notes
+    assert "rank 0 measured up to 2.00 ms of communication" in notes
     assert "under-predicted by up to 50.0%" in notes
 
 

@@ -44,7 +44,7 @@ def test_invalid_file_exits_1_with_positioned_lines(tmp_path: Path) -> None:
     assert lines and all(LINE.match(line) for line in lines)
     assert f"{bad}:19:18: zones[0].pools[0].device: unknown device 'A100-40G'" in result.stdout
     assert f"{bad}:19:35: zones[0].pools[0].quota: must be at least 1, got -1" in result.stdout
-    assert "1 of 2 file(s) valid" in result.stderr
+    assert "1 of 2 files valid" in result.stderr
 
 
 def test_json_output(tmp_path: Path) -> None:

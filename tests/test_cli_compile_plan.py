@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from hetc.cli import app
 from hetc.schema import check_file, spec_hash
+from hetc.units import plural
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -290,7 +291,7 @@ CASES: list[
         [
             (
                 "nodes[2]",
-                "the plan rents 6 devices, over its quota of 4 (at most 2 node(s) of 2)",
+                "the plan rents 6 devices, over its quota of 4 (at most 2 nodes of 2)",
                 lambda t: _after(t, "},", 1),  # the nodes are the first objects listed
             )
         ],
@@ -382,7 +383,7 @@ def test_a_bad_plan_gets_one_positioned_line_per_problem_and_nothing_is_written(
         assert (match["file"], match["path"]) == (str(given), path), stdout
         assert what in match["what"], stdout
         assert (int(match["line"]), int(match["column"])) == where(text), (path, stdout)
-    assert f"{len(expected)} problem(s); nothing was written" in stderr
+    assert f"{plural(len(expected), 'problem')}; nothing was written" in stderr
 
 
 def _variant(tmp_path: Path, old: str, new: str) -> Path:

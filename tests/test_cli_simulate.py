@@ -74,13 +74,19 @@ def _files(tmp_path: Path, **plan_changes: object) -> tuple[Path, Path]:
 
 
 def test_text_report(tmp_path: Path) -> None:
-    """Headline numbers, then one line per rank with its memory breakdown."""
+    """Headline numbers, then one row per rank (or group of identical ranks) with its memory
+    breakdown: the rows account for all 8 ranks."""
     spec, plan = _files(tmp_path)
     result = runner.invoke(app, ["simulate", str(spec), "--plan", str(plan)])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("iteration time")
     assert "USD per 1M tokens" in result.stdout and "token budget" in result.stdout
-    assert sum(line.startswith("a100-40gb@a/n") for line in result.stdout.splitlines()) == 8
+    lines = result.stdout.splitlines()
+    single = sum(line.startswith("a100-40gb@a/n") for line in lines)
+    grouped = sum(
+        int(n) for n in re.findall(r"^ranks [0-9, -]+ \(([0-9]+) identical\)", result.stdout, re.M)
+    )
+    assert single + grouped == 8
 
 
 def test_json_report_is_consistent(tmp_path: Path) -> None:

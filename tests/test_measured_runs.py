@@ -108,5 +108,5 @@ def test_steps_missing_on_one_rank_are_not_used(tmp_path: Path) -> None:
     _write(tmp_path, 0, [(s, 1.0, None) for s in range(8)])
     _write(tmp_path, 1, [(s, 1.0, None) for s in range(5)])
     assert read_run(tmp_path, plan_hash=HASH, world_size=2, warmup=2, cpu=False).steps == (2, 3, 4)
-    with pytest.raises(RunDataError, match=r"2 step\(s\) usable .* rank 1: steps 3..4"):
+    with pytest.raises(RunDataError, match=r"2 steps usable .* rank 1: steps 3..4"):
         read_run(tmp_path, plan_hash=HASH, world_size=2, warmup=3, cpu=False)

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from hetc.cli import app
 from hetc.schema import Spec, check_text
 from hetc.solver.planner import explain_unused, plan_spec, simulated_objective
+from hetc.units import fixed, format_duration, format_usd
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,9 +109,9 @@ def test_plans_are_ranked_printed_and_compared_by_the_simulator(
     text = _plan(spec, "--top", "4")
     assert f"objective {objective};" in text
     assert f"plans ranked by {words} (the event simulator's, as printed;" in text
-    times = [float(m) for m in re.findall(r"^  iteration (\S+) s \(planner", text, re.MULTILINE)]
+    times = re.findall(r"^  iteration ([^,]+),", text, re.MULTILINE)
     predicted = [p["plan"]["predictions"]["iteration_time"] for p in listing["plans"]]
-    assert times == [float(f"{t:.4g}") for t in predicted]
+    assert times == [format_duration(t) for t in predicted]
     (line,) = [row for row in text.splitlines() if row.startswith("alternatives lose")]
     losses = [float(m) for m in re.findall(r"plan \d by (-?[\d.]+)%", line)]
     assert line.startswith(f"alternatives lose, by {words}: ")
@@ -141,14 +142,14 @@ def test_explain_compares_with_the_number_plan_1_prints() -> None:
             if objective == "max_throughput":
                 change = 100 * (1 - best / value)
                 expected = (
-                    f"the best plan using it does {1 / value:.4g} iterations/s,"
-                    f" {change:.1f}% less than plan 1's {1 / best:.4g}"
+                    f"the best plan using it does {fixed(1 / value)} iterations/s,"
+                    f" {change:.1f}% less than plan 1's {fixed(1 / best)}"
                 )
             else:
                 change = 100 * (value / best - 1)
                 expected = (
-                    f"the cheapest plan using it costs {value:.4g} USD/iteration,"
-                    f" {change:.1f}% more than plan 1's {best:.4g}"
+                    f"the cheapest plan using it costs {format_usd(value)} per iteration,"
+                    f" {change:.1f}% more than plan 1's {format_usd(best)}"
                 )
             assert x.loss == expected
 
@@ -166,8 +167,7 @@ def test_explain_says_a_tie_break_for_a_twin_pool(tmp_path: Path) -> None:
 
 
 def test_explain_with_every_pool_used_says_so() -> None:
-    """--explain on a spec whose plan 1 uses its only pool says there is nothing to explain."""
+    """--explain on a spec whose plan 1 uses its only pool says so, and how much of it."""
     text = _plan(str(LOCAL), "--top", "1", "--explain")
-    assert text.rstrip().endswith(
-        "why not ...? every pool of the spec is used by plan 1: none to explain"
-    )
+    assert "every pool of the spec is used by plan 1; how much of each, and what binds:" in text
+    assert re.search(r"^  local-cpu@\S+: plan 1 rents [0-9]+ of its [0-9]+ node", text, re.M)

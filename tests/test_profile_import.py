@@ -376,7 +376,7 @@ def test_a_missing_layer_memory_entry_names_the_layer(tmp_path: Path) -> None:
     (tmp_path / "layer-memory.json").write_text(json.dumps(memory), encoding="utf-8")
     out: list[str] = []
     assert run_import_command(path, tmp_path / "p.json", echo=_echo_to(out)) == 1
-    assert "layer-memory.json[TOY][1]: no entry for layer(s) [1]" in out[0]
+    assert "layer-memory.json[TOY][1]: no entry for layer [1]" in out[0]
 
 
 def test_a_missing_count_names_the_field(tmp_path: Path) -> None:

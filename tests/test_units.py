@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetc.units import DIMENSIONS, UnitError, parse_quantity
+from hetc.units import (
+    DIMENSIONS,
+    UnitError,
+    fixed,
+    format_duration,
+    format_usd,
+    index_ranges,
+    parse_quantity,
+    plural,
+)
 
 
 @pytest.mark.parametrize(
@@ -88,3 +97,90 @@ def test_pattern_and_parser_agree(dimension: str, data: st.DataObject) -> None:
         assert "must be" in str(exc) or "finite" in str(exc)
     else:
         assert math.isfinite(value) and value >= 0
+
+
+# -- numbers for people ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (1.6438, "1.64"),
+        (412.3, "412"),
+        (1234567.8, "1,234,568"),
+        (9.996, "10.0"),
+        (99.96, "100"),
+        (0.0004764, "0.000476"),
+        (0, "0"),
+        (-2.5, "-2.50"),
+    ],
+)
+def test_fixed_point_keeps_three_significant_digits(value: float, text: str) -> None:
+    """fixed(): fixed-point, about three significant digits, whole numbers kept whole."""
+    assert fixed(value) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (1.07857e6, "12.5 days"),
+        (1.644, "1.64 s"),
+        (75, "1.25 min"),
+        (4000, "1.11 h"),
+        (0.0123, "12.3 ms"),
+        (4e-6, "4.00 µs"),
+        (0.0009996, "1.00 ms"),
+        (0, "0 s"),
+    ],
+)
+def test_durations_take_the_unit_that_fits(seconds: float, text: str) -> None:
+    """format_duration: 1.07857e+06 s reads as 12.5 days, 0.0123 s as 12.3 ms."""
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("usd", "text"),
+    [
+        (4.764e-06, "4.76 µUSD"),
+        (0.2146, "0.215 USD"),
+        (0.0009996, "0.00100 USD"),
+        (12.345, "12.35 USD"),
+        (117320.14, "117,320 USD"),
+        (0, "0 USD"),
+    ],
+)
+def test_money_has_sensible_digits(usd: float, text: str) -> None:
+    """format_usd: never 4.764e-06 USD; µUSD under a thousandth of a dollar."""
+    assert format_usd(usd) == text
+
+
+@given(st.floats(min_value=1e-12, max_value=1e12))
+def test_formatted_numbers_never_use_exponents(value: float) -> None:
+    """No formatted duration or amount of money contains an exponent (e+06, e-06)."""
+    for text in (fixed(value), format_duration(value), format_usd(value)):
+        assert not re.search(r"\de[+-]?\d", text), text
+
+
+@given(st.floats(min_value=1e-9, max_value=1e9))
+def test_formatted_durations_read_back_within_rounding(seconds: float) -> None:
+    """A formatted duration parsed back by the spec's own unit table (days: 86,400 s) is
+    within the rounding of three significant digits of the value."""
+    number, unit = format_duration(seconds).split(" ")
+    factor = 86400.0 if unit == "days" else DIMENSIONS["duration"].units[unit]
+    assert float(number.replace(",", "")) * factor == pytest.approx(seconds, rel=6e-3)
+
+
+def test_plurals_and_ranges() -> None:
+    """plural() never prints '(s)'; index_ranges() joins runs of consecutive integers."""
+    assert plural(1, "node") == "1 node" and plural(32, "node") == "32 nodes"
+    assert plural(2, "microbatch") == "2 microbatches" and plural(0, "error") == "0 errors"
+    assert plural(1280, "rank") == "1,280 ranks"
+    assert index_ranges([8, 9, 0, 1, 2, 3, 11]) == "0-3, 8-9, 11"
+    assert index_ranges([5]) == "5"
+
+
+def test_more_significant_digits_on_request() -> None:
+    """significant=6 (the CP-SAT cross-check's) keeps six digits in the same unit choice."""
+    assert format_duration(0.008128, 6) == "8.12800 ms"
+    assert format_usd(8.286e-06, 6) == "8.28600 µUSD"
+    assert format_usd(0.2146, 6) == "0.214600 USD"

@@ -70,6 +70,7 @@ from hetc.costmodel.simulate import simulate
 from hetc.plan import Plan
 from hetc.plan.topology import topology_of
 from hetc.schema.spec import LinkClass, Spec
+from hetc.units import fixed
 
 Knob = tuple[str, str, str]
 """(device, scope, collective): the bandwidth fits one link factor scales."""
@@ -518,7 +519,8 @@ def _unpriced(after: Prediction, run: RunMeasurement) -> list[str]:
         return []
     seconds = max(run.ranks[r].communication for r in free)
     return [
-        f"rank(s) {_ranks(tuple(free))} measured up to {seconds * 1e3:.3g} ms of communication"
+        f"{'rank' if len(free) == 1 else 'ranks'} {_ranks(tuple(free))} measured up to"
+        f" {fixed(seconds * 1e3)} ms of communication"
         " per iteration that the model does not price (loss and clipping reductions, TP"
         " boundary gathers, a flat gradient copy)"
     ]

@@ -39,6 +39,7 @@ from hetc.costmodel.simulate import read_spec_profiles
 from hetc.plan import Plan, PlanFormatError, plan_from_json
 from hetc.plan.topology import plan_hash, topology_of
 from hetc.schema import EnvironmentProblem, Spec, check_file, spec_hash
+from hetc.units import fixed, plural
 
 Echo = Callable[..., None]
 
@@ -317,11 +318,11 @@ def _with_record(profile: LayerProfile, device: str, run: Run, result: Calibrati
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.4g} ms"
+    return "-" if seconds is None else f"{fixed(seconds * 1e3, 4)} ms"
 
 
 def _mib(nbytes: float | None) -> str:
-    return "-" if nbytes is None else f"{nbytes / 2**20:.4g} MiB"
+    return "-" if nbytes is None else f"{fixed(nbytes / 2**20, 4)} MiB"
 
 
 def _cell(
@@ -394,7 +395,7 @@ def _summary(comparison: dict[str, Any]) -> list[str]:
         parts.append(
             f"{when}: iteration time {error:+.1f}%, rank sections mean |error|"
             f" {statistics.fmean(errors):.1f}% of the iteration, peak memory under-predicted"
-            f" on {under} rank(s)"
+            f" on {plural(under, 'rank')}"
         )
     return parts
 
@@ -410,13 +411,13 @@ def _text(report: dict[str, Any]) -> list[str]:
     ]
     factors = report["factors"]
     for device, scale in factors["compute"].items():
-        lines.append(f"  {device}: layer times x{scale:.4g}")
+        lines.append(f"  {device}: layer times x{fixed(scale, 4)}")
     for link in factors["links"]:
         knobs = " + ".join(f"{k['device']} {k['scope']} {k['collective']}" for k in link["knobs"])
         ranks = ", ".join(map(str, link["ranks"]))
-        lines.append(f"  {knobs}: bandwidth x{link['factor']:.4g} (ranks {ranks})")
+        lines.append(f"  {knobs}: bandwidth x{fixed(link['factor'], 4)} (ranks {ranks})")
     for device, scale in factors["activations"].items():
-        lines.append(f"  {device}: activation bytes x{scale:.4g}")
+        lines.append(f"  {device}: activation bytes x{fixed(scale, 4)}")
     lines += [f"note: {note}" for note in report["notes"]]
     for check in report["checks"]:
         lines += [

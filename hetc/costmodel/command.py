@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hetc.console import styled_output
 from hetc.costmodel.coverage import coverage_lines, plan_coverage, refusal_lines
 from hetc.costmodel.plan_file import PlanFileError, RankChoiceError, read_plan
 from hetc.costmodel.simulate import read_profiles_for_command, simulate
@@ -78,5 +79,6 @@ def run_simulate_command(
     else:
         lines = coverage_lines(fallbacks)
         heading = "cost model: " if not fallbacks else "formula where not measured:\n  "
-        echo(simulation_text(result) + "\n\n" + heading + "\n  ".join(lines))
+        text = simulation_text(result, styled=styled_output())
+        echo(text + "\n\n" + heading + "\n  ".join(lines))
     return 0

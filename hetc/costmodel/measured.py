@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetc.schema import EnvironmentProblem
+from hetc.units import plural
 
 MIN_STEPS = 3
 """Steps needed on every rank after the warm-up, for a median that one outlier cannot move."""
@@ -142,7 +143,8 @@ def read_run(
     missing = sorted(set(range(world_size)) - set(lines))
     if missing:
         raise RunDataError(
-            f"{folder}: no metrics of rank(s) {', '.join(map(str, missing))}; the plan has"
+            f"{folder}: no metrics of {'rank' if len(missing) == 1 else 'ranks'}"
+            f" {', '.join(map(str, missing))}; the plan has"
             f" {world_size} ranks",
             "calibrate a run in which every rank wrote to the same run directory (under Slurm,"
             " a HETC_RUN_DIR on a shared file system)",
@@ -150,7 +152,8 @@ def read_run(
     extra = sorted(set(lines) - set(range(world_size)))
     if extra:
         raise RunDataError(
-            f"{folder}: metrics of rank(s) {', '.join(map(str, extra))}, which the plan"
+            f"{folder}: metrics of {'rank' if len(extra) == 1 else 'ranks'}"
+            f" {', '.join(map(str, extra))}, which the plan"
             f" ({world_size} ranks) does not have",
             "use one run directory per run; this one holds another plan's metrics",
         )
@@ -162,8 +165,9 @@ def read_run(
             for r, u in usable.items()
         )
         raise RunDataError(
-            f"{folder}: {len(steps)} step(s) usable on every rank after {warmup} warm-up"
-            f" step(s){' and the memory-tracked ones' if cpu else ''} ({spans});"
+            f"{folder}: {plural(len(steps), 'step')} usable on every rank after"
+            f" {plural(warmup, 'warm-up step')}"
+            f"{' and the memory-tracked ones' if cpu else ''} ({spans});"
             f" calibration needs {MIN_STEPS}",
             f"train for more steps (at least {warmup + MIN_STEPS + (2 if cpu else 0)}), or"
             " lower --warmup",

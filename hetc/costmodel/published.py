@@ -386,7 +386,8 @@ def _memory_rows(
         lacking = sorted(set(indices) - set(row))
         if lacking:
             raise ProfileError(
-                f"{where}[{model}][{tp}]: no entry for layer(s) {lacking} that {path} times "
+                f"{where}[{model}][{tp}]: no entry for"
+                f" {'layer' if len(lacking) == 1 else 'layers'} {lacking} that {path} times "
                 f"(each TP degree needs layers {indices[0]}..{indices[-1]})"
             )
     return rows

@@ -63,6 +63,7 @@ from hetc.plan import Node, Plan, PlanIssue, Replica
 from hetc.plan.settings import reduce_bucket_elements
 from hetc.plan.topology import topology_of
 from hetc.schema.spec import Spec, Zone
+from hetc.units import plural
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -492,8 +493,9 @@ def plan_spec_issues(plan: Plan, spec: Spec) -> list[PlanIssue]:
                 PlanIssue(
                     ("nodes", i),
                     f"pool {pool.name!r} in zone {node.zone!r}: the plan rents {rented[key]}"
-                    f" devices, over its quota of {pool.quota} (at most {pool.max_nodes} node(s)"
-                    f" of {pool.gpus_per_node}); this is the first node past it",
+                    f" devices, over its quota of {pool.quota} (at most"
+                    f" {plural(pool.max_nodes, 'node')} of {pool.gpus_per_node}); this is the first"
+                    " node past it",
                 )
             )
     return problems

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hetc.console import Column, render_table
 from hetc.costmodel.simulate import Simulation
+from hetc.units import fixed, format_duration, format_usd, index_ranges
 
 GIB = 2.0**30
 
@@ -45,37 +47,75 @@ def simulation_json(sim: Simulation) -> dict[str, Any]:
     }
 
 
-def simulation_text(sim: Simulation) -> str:
-    """A report: headline numbers, then one line per rank (memory breakdown, busy share)."""
+def simulation_text(sim: Simulation, *, styled: bool = False) -> str:
+    """A report: headline numbers with units, then the memory and busy share of each rank,
+    identical ranks on one row ("ranks 0-127 (128 identical)", by their position in the
+    plan's rank order, as `--json` lists them). `styled`: rich table (`hetc.console`)."""
     lines = [
-        f"iteration time     {sim.iteration_time:.3f} s"
-        f"   (closed form {sim.closed_form_time:.3f} s)",
-        f"throughput         {sim.samples_per_second:.2f} samples/s,"
+        f"iteration time      {format_duration(sim.iteration_time)}"
+        f" (closed form {format_duration(sim.closed_form_time)})",
+        f"throughput          {fixed(sim.samples_per_second)} samples/s,"
         f" {sim.tokens_per_second:,.0f} tokens/s",
-        f"compute            {sim.achieved_flops / 1e12:.1f} TFLOP/s achieved,"
+        f"compute             {fixed(sim.achieved_flops / 1e12)} TFLOP/s achieved,"
         f" MFU {100 * sim.mfu:.1f}%",
-        f"cost per iteration {sim.cost.total:.4f} USD (compute {sim.cost.compute:.4f},"
-        f" egress {sim.cost.egress:.4f}); {sim.cost_per_million_tokens:.4f} USD per 1M tokens",
+        f"cost per iteration  {format_usd(sim.cost.total)} (compute {format_usd(sim.cost.compute)},"
+        f" egress {format_usd(sim.cost.egress)}); {format_usd(sim.cost_per_million_tokens)}"
+        " per 1M tokens",
     ]
     if sim.budget is not None:
         seconds, usd = sim.budget
-        lines.append(f"token budget       {seconds / 86400:.1f} days, {usd:,.0f} USD")
-    lines += [
-        "",
-        f"{'rank':<28} {'device':<10} {'stage':>5} {'blocks':>9} {'weights':>8}"
-        f" {'grads':>7} {'optim':>7} {'activ':>7} {'bucket':>7} {'other':>7}"
-        f" {'total':>7} {'of':>6} {'busy':>5}  (GiB)",
-    ]
-    for r in sim.ranks:
+        lines.append(f"token budget        {format_duration(seconds)}, {format_usd(usd)}")
+    lines += ["", "memory per rank in GiB; busy and idle: shares of the iteration"]
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for index, r in enumerate(sim.ranks):
         m = r.memory
-        lines.append(
-            f"{r.key:<28} {r.device:<10} {r.stage:>5} {f'{r.blocks[0]}-{r.blocks[1]}':>9}"
-            f" {m.weights / GIB:>8.2f} {m.gradients / GIB:>7.2f} {m.optimizer / GIB:>7.2f}"
-            f" {m.activations / GIB:>7.2f} {m.buckets / GIB:>7.2f} {m.overhead / GIB:>7.2f}"
-            f" {m.total / GIB:>7.2f} {r.capacity / GIB:>6.1f} {100 * r.busy_fraction:>4.0f}%"
-            f" {100 * (1 - r.busy_fraction):>5.0f}%"
+        cells = (
+            r.device,
+            str(r.stage),
+            f"[{r.blocks[0]}, {r.blocks[1]})",
+            *(
+                f"{value / GIB:.2f}"
+                for value in (
+                    m.weights,
+                    m.gradients,
+                    m.optimizer,
+                    m.activations,
+                    m.buckets,
+                    m.overhead,
+                    m.total,
+                )
+            ),
+            f"{r.capacity / GIB:.1f}",
+            f"{100 * r.busy_fraction:.0f}%",
+            f"{100 * (1 - r.busy_fraction):.0f}%",
         )
+        groups.setdefault(cells, []).append(index)
+    rows = [
+        [_ranks_label(sim, members), *cells]
+        for cells, members in sorted(groups.items(), key=lambda item: item[1][0])
+    ]
+    columns = [
+        Column("rank"),
+        Column("device"),
+        Column("stage", "right"),
+        Column("blocks"),
+        *(
+            Column(name, "right")
+            for name in ("weights", "grads", "optim", "activ", "bucket", "other", "total")
+        ),
+        Column("capacity", "right"),
+        Column("busy", "right"),
+        Column("idle", "right"),
+    ]
+    lines.append(render_table(columns, rows, styled=styled))
     problems = [r.problem for r in sim.ranks if r.problem]
     if problems:
         lines += ["", "does not fit:", *(f"  {p}" for p in problems)]
     return "\n".join(lines)
+
+
+def _ranks_label(sim: Simulation, members: list[int]) -> str:
+    """A rank's key, or for several identical ranks their positions and count."""
+    if len(members) == 1:
+        return sim.ranks[members[0]].key
+    return f"ranks {index_ranges(members)} ({len(members)} identical)"

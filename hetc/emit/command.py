@@ -16,6 +16,7 @@ from hetc.schema.source import read_plain_text
 from hetc.schema.spec import Spec
 from hetc.solver.given import GivenPlanError, check_given_plan
 from hetc.solver.report import Echo, cross_check, planned_or_diagnosed
+from hetc.units import format_duration, format_usd, plural
 
 
 def run_compile_command(
@@ -119,7 +120,7 @@ def run_compile_plan_command(
         for diagnostic in exc.diagnostics:
             echo(diagnostic.format())
         echo(
-            f"hetc: {plan_path}: {len(exc.diagnostics)} problem(s); nothing was written",
+            f"hetc: {plan_path}: {plural(len(exc.diagnostics), 'problem')}; nothing was written",
             err=True,
         )
         return 1
@@ -171,9 +172,10 @@ def _say_compiled(
     nodes = len({p.node for p in compiled.topology.processes})
     echo(
         f"hetc: compiled {spec_path} -> {output} ({written.name}):"
-        f" {compiled.topology.world_size} rank(s) on {nodes} node(s),"
-        f" {len(compiled.plan.stages)} stage(s) x {len(compiled.plan.pipelines)} pipeline(s);"
-        f" predicted {iteration_time:.4g} s/iteration, {cost:.4g} USD/iteration",
+        f" {plural(compiled.topology.world_size, 'rank')} on {plural(nodes, 'node')},"
+        f" {plural(len(compiled.plan.stages), 'stage')} x"
+        f" {plural(len(compiled.plan.pipelines), 'pipeline')}; predicted"
+        f" {format_duration(iteration_time)} and {format_usd(cost)} per iteration",
         err=True,
     )
     starts = [f"sbatch {output}/{p}" for p in sorted(compiled.files) if p.endswith(".sbatch")]

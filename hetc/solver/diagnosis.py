@@ -55,6 +55,7 @@ from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
 from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
 from hetc.solver.search import Candidate, SearchOptions, search
+from hetc.units import format_duration, format_usd, plural
 
 __all__ = [
     "CEILING_DEVICES",
@@ -389,7 +390,7 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
         nodes = _least_true(_pool_test(oracle, spec, z, p), have, ceiling_nodes(spec, z, p))
         if nodes is None:
             continue
-        what = f"the quota of {pool.name}@{zone.name} ({nodes} node(s) of {gpn})"
+        what = f"the quota of {pool.name}@{zone.name} ({plural(nodes, 'node')} of {gpn})"
         out.append(
             (
                 Fix(
@@ -420,7 +421,7 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
             family="quota",
             path=f"zones[{z}].pools[{p}].quota",
             value=pool.quota,
-            what=f"the quota of {pool.name}@{zone.name} ({k} node(s) more)",
+            what=f"the quota of {pool.name}@{zone.name} ({plural(k, 'node')} more)",
         )
         for z, zone in enumerate(grown.zones)
         for p, pool in enumerate(zone.pools)
@@ -568,7 +569,8 @@ def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     message = _message(spec, alone, alternatives, plan)
     if oracle.unproven:
         message += (
-            f" ({oracle.unproven} search(es) stopped at their {oracle.time_limit:g} s limit:"
+            f" ({plural(oracle.unproven, 'search', 'searches')} stopped at their"
+            f" {oracle.time_limit:g} s limit:"
             " the change is verified, but a smaller one may exist)"
         )
     return Diagnosis(
@@ -622,9 +624,9 @@ def describe(proposal: Proposal) -> str:
             devices[r.device] = devices.get(r.device, 0) + r.tp
     used = ", ".join(f"{n} x {d}" for d, n in sorted(devices.items()))
     return (
-        f"{len(plan.stages)} stage(s), {len(plan.pipelines)} pipeline(s), microbatch"
-        f" {plan.microbatch_size}, {used}: {e.iteration_time:.4g} s and {e.cost:.4g} USD"
-        " per iteration"
+        f"{plural(len(plan.stages), 'stage')}, {plural(len(plan.pipelines), 'pipeline')},"
+        f" microbatch {plan.microbatch_size}, {used}: {format_duration(e.iteration_time)} and"
+        f" {format_usd(e.cost)} per iteration"
     )
 
 

@@ -28,6 +28,7 @@ from hetc.solver.search import (
     SearchResult,
     search,
 )
+from hetc.units import fixed, format_usd
 
 __all__ = [
     "LARGE_CLUSTER_DEVICES",
@@ -90,7 +91,10 @@ def plan_spec(
     measured_points: bool = False,
 ) -> PlanningResult:
     """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
-    by the simulator among the search's best `max(top, RERANKED)` candidates; with
+    by the simulator among the search's best `max(top, RERANKED)` candidates (for `top` above
+    RERANKED, a second search lists them, so that `search` in the result, the one that chose
+    plan 1, does not depend on `top`; a search stopped by a limit lists only its RERANKED);
+    with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
     (`PlanningModel`)."""
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
@@ -100,20 +104,23 @@ def plan_spec(
         spec, profiles=profiles, overhead=overhead, measured_points=measured_points
     )
     chosen = default_approximations(model) if approximations is None else approximations
-    result = search(
-        model,
-        SearchOptions(
-            top=max(top, RERANKED),
-            approximations=chosen,
-            eval_limit=eval_limit,
-            time_limit=time_limit,
-            progress=progress,
-            must_use=must_use,
-        ),
+    options = SearchOptions(
+        top=RERANKED,
+        approximations=chosen,
+        eval_limit=eval_limit,
+        time_limit=time_limit,
+        progress=progress,
+        must_use=must_use,
     )
+    result = search(model, options)
+    candidates = result.candidates
+    if top > RERANKED and result.complete:
+        # a top-K search prunes less as K grows; the search that chose plan 1 (and whose
+        # count `hetc plan` prints) is the same whatever --top, and only the list is longer
+        candidates = search(model, replace(options, top=top, progress=None)).candidates
     digest = spec_hash(spec)
     proposals = []
-    for candidate in result.candidates:
+    for candidate in candidates:
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=digest)
         training = spec.training
         if capability_problems(plan, zero_stage=training.zero_stage, precision=training.precision):
@@ -197,11 +204,11 @@ def _comparison(spec: Spec, value: float, best: float) -> str:
     simulator's objective, lower is better: a tie said as one, not as a loss of 0.0%."""
     throughput = spec.objective == "max_throughput"
     if throughput:
-        head = f"the best plan using it does {1 / value:.4g} iterations/s"
-        plan1 = f"plan 1's {1 / best:.4g}"
+        head = f"the best plan using it does {fixed(1 / value)} iterations/s"
+        plan1 = f"plan 1's {fixed(1 / best)}"
     else:
-        head = f"the cheapest plan using it costs {value:.4g} USD/iteration"
-        plan1 = f"plan 1's {best:.4g}"
+        head = f"the cheapest plan using it costs {format_usd(value)} per iteration"
+        plan1 = f"plan 1's {format_usd(best)}"
     if value == best:
         return (
             f"{head}, the same as plan 1 by the simulator: it loses only on a tie-break"

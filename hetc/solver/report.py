@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hetc.console import Column, emphasis, render_table, styled_output
 from hetc.costmodel.coverage import (
     MEASURE,
     Fallback,
@@ -26,6 +27,7 @@ from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.simulate import read_profiles_for_command
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
+from hetc.solver.binding import explain_used
 from hetc.solver.diagnosis import Diagnosis, diagnose
 from hetc.solver.planner import (
     Explanation,
@@ -36,6 +38,7 @@ from hetc.solver.planner import (
     simulated_objective,
 )
 from hetc.solver.search import Candidate
+from hetc.units import fixed, format_duration, format_usd, plural
 
 __all__ = [
     "ProgressLine",
@@ -79,10 +82,14 @@ def _replica_groups(plan: Plan, stage: int) -> str:
 
 
 def _shares(plan: Plan) -> str:
+    """Pipelines grouped by their share of the batch: '4 microbatches on each of 128
+    pipelines' (a single pipeline's share without 'each')."""
     counts = Counter(p.microbatches for p in plan.pipelines)
-    return ", ".join(
-        f"{m} microbatch(es) on {n} pipeline(s)" for m, n in sorted(counts.items(), reverse=True)
-    )
+    parts = []
+    for m, n in sorted(counts.items(), reverse=True):
+        work = plural(m, "microbatch")
+        parts.append(f"{work} on {'each of ' if n > 1 else ''}{plural(n, 'pipeline')}")
+    return ", ".join(parts)
 
 
 def relative_loss(value: float, best: float) -> str:
@@ -116,37 +123,50 @@ def _alternatives_line(spec: Spec, proposals: Sequence[Proposal]) -> str:
 
 
 def plan_table(
-    proposal: Proposal, rank: int, spec: Spec, profiles: Sequence[LayerProfile] = ()
+    proposal: Proposal,
+    rank: int,
+    spec: Spec,
+    profiles: Sequence[LayerProfile] = (),
+    *,
+    styled: bool = False,
 ) -> str:
     """One proposal as a short header, a per-stage table, and the terms of its prediction
-    that rest on a formula (`profiles`: those the prediction used)."""
+    that rest on a formula (`profiles`: those the prediction used). Every number is the
+    event simulator's; the planner's estimate of the same two numbers is on a line of its
+    own, named as such. `styled`: rich table and colour (`hetc.console`)."""
     plan, sim, e = proposal.plan, proposal.simulation, proposal.candidate.estimate
     rented = Counter((n.device, n.zone, n.devices) for n in plan.nodes)
     rent = ", ".join(
-        f"{count} node(s) of {per} x {device} in {zone}"
+        f"{plural(count, 'node')} of {per} x {device} in {zone}"
         for (device, zone, per), count in sorted(rented.items())
     )
+    title = (
+        f"plan {rank}: {plural(len(plan.stages), 'stage')} x"
+        f" {plural(len(plan.pipelines), 'pipeline')}, microbatch {plan.microbatch_size}"
+    )
     lines = [
-        f"plan {rank}: {len(plan.stages)} stage(s) x {len(plan.pipelines)} pipeline(s),"
-        f" microbatch {plan.microbatch_size}",
-        f"  iteration {sim.iteration_time:.4g} s (planner estimate {e.iteration_time:.4g} s),"
-        f" {1 / sim.iteration_time:.4g} it/s, {sim.tokens_per_second:,.0f} tokens/s,"
+        emphasis(title, "bold", styled=styled),
+        f"  iteration {format_duration(sim.iteration_time)},"
+        f" {fixed(1 / sim.iteration_time)} iterations/s, {sim.tokens_per_second:,.0f} tokens/s,"
         f" MFU {100 * sim.mfu:.1f}%",
-        f"  cost {sim.cost.total:.4g} USD/iteration (egress {sim.cost.egress:.4g}),"
-        f" {sim.cost_per_million_tokens:.4g} USD per 1M tokens",
+        f"  cost {format_usd(sim.cost.total)} per iteration (egress {format_usd(sim.cost.egress)}),"
+        f" {format_usd(sim.cost_per_million_tokens)} per 1M tokens",
+        f"  planner estimate: iteration {format_duration(e.iteration_time)},"
+        f" cost {format_usd(e.cost)} per iteration",
         f"  rents {rent}",
-        f"  batch shares: {_shares(plan)}",
-        "  stage  blocks     replicas",
+        f"  batch: {_shares(plan)}",
     ]
+    rows = []
     for i, stage in enumerate(plan.stages):
         ends = []
         if i == 0:
             ends.append("embedding")
         if i == len(plan.stages) - 1:
             ends.append("head")
-        extra = f" +{'+'.join(ends)}" if ends else ""
-        blocks = f"[{stage.first_block}, {stage.end_block}){extra}"
-        lines.append(f"  {i:<5}  {blocks:<24} {_replica_groups(plan, i)}")
+        blocks = " + ".join([f"[{stage.first_block}, {stage.end_block})", *ends])
+        rows.append([str(i), blocks, _replica_groups(plan, i)])
+    columns = [Column("stage", "right"), Column("blocks"), Column("replicas")]
+    lines.append(render_table(columns, rows, styled=styled, indent=2))
     fallbacks = plan_coverage(spec, profiles, plan)
     if fallbacks:
         lines.append("  formula where not measured:")
@@ -366,7 +386,7 @@ def run_plan_command(
         return 0
     used = ", ".join(sorted(result.approximations)) or "none"
     header = (
-        f"objective {spec.objective}; searched {search.evaluations:,} candidates in"
+        f"objective {spec.objective}; searched {plural(search.evaluations, 'candidate')} in"
         f" {search.seconds:.2f} s; approximations: {used}\n"
         f"plans ranked by {ranked_by(spec)} (the event simulator's, as printed; the planner"
         " estimate is what the search scored)"
@@ -377,25 +397,41 @@ def run_plan_command(
         )
     blocks = [header]
     profiles = result.model.profiles
-    blocks += [plan_table(p, i + 1, spec, profiles) for i, p in enumerate(result.proposals)]
+    styled = styled_output()
+    blocks += [
+        plan_table(p, i + 1, spec, profiles, styled=styled) for i, p in enumerate(result.proposals)
+    ]
     if len(result.proposals) > 1:
         blocks.append(_alternatives_line(spec, result.proposals))
     for x in explanations:
         blocks.append(f"why not {x.pool}? {x.loss}")
     if explain and not explanations:
-        blocks.append("why not ...? every pool of the spec is used by plan 1: none to explain")
+        blocks.append(
+            "every pool of the spec is used by plan 1; how much of each, and what binds:\n"
+            + "\n".join(
+                f"  {line}" for line in explain_used(result, spec, time_limit=time_limit, **options)
+            )
+        )
     if checked is not None:
         blocks.append(
             "CP-SAT on the chosen shape: "
             + (
                 "no feasible assignment"
                 if checked["cp_sat"] is None
-                else f"{checked['cp_sat']:.6g} vs the search's {checked['search']:.6g}"
-                f" (gap {100 * checked['gap']:.2g}%), {checked['seconds']:.2f} s"
+                else f"{_objective_value(spec, checked['cp_sat'])} vs the search's"
+                f" {_objective_value(spec, checked['search'])} (gap {100 * checked['gap']:.2f}%),"
+                f" {checked['seconds']:.2f} s"
             )
         )
     echo("\n\n".join(blocks))
     return 0
+
+
+def _objective_value(spec: Spec, value: float) -> str:
+    """A planning-model objective value to six digits in its unit (the cross-check's)."""
+    if spec.objective == "min_cost":
+        return f"{format_usd(value, 6)} per iteration"
+    return f"{format_duration(value, 6)} per iteration"
 
 
 def _result_json(
