@@ -99,14 +99,16 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from itertools import combinations, pairwise
 from operator import sub
+from threading import Event
 from typing import NamedTuple
 
 from hetc.costmodel.network import FLAT, effective_bandwidth
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
+from hetc.solver.certificate import Snapshot, every_plan_is_free, relative_gap
 from hetc.solver.cover import StageCover, last_true
 
 __all__ = [
@@ -150,7 +152,7 @@ wider one split in two under their own bounds (`_Search._pop_shape`)."""
 EXACT_COUNT_SPLITS = 20_000
 """Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
 
-Progress = Callable[[int, float, "Candidate | None"], None]
+Progress = Callable[[Snapshot], None]
 
 Option = tuple[int, ...]
 """A stage option of `kind-profiles`: replica kind indices sharing one device and TP."""
@@ -214,6 +216,9 @@ class SearchOptions:
     progress_every: float = 0.2
     must_use: frozenset[int] = frozenset()
     """Pool indices every returned candidate must rent (for "why was this pool not used?")."""
+    stop: Event | None = None
+    """Once set (from a signal handler or another thread), the search stops at its next
+    check and returns the best found so far, `interrupted`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -222,15 +227,25 @@ class SearchResult:
     """Best first; empty when nothing is feasible."""
     evaluations: int
     complete: bool
-    """False when a time or evaluation limit stopped the search early."""
+    """False when a time or evaluation limit, or `SearchOptions.stop`, ended it early."""
     seconds: float
+    lower_bound: float
+    """No candidate scores below this (`certificate` module docstring); the best's value when
+    complete, infinite when complete with no candidate."""
+    gap: float | None
+    """`certificate.relative_gap` of the best and `lower_bound`: 0 when proven best, None
+    when there is no candidate."""
+    interrupted: bool = False
+    """Ended by `SearchOptions.stop`."""
     stop_reason: str = ""
     greedy_count_leaves: int = 0
     """Leaves whose replica counts came from the greedy, not the exact programme."""
 
 
 class _Stop(Exception):
-    pass
+    def __init__(self, reason: str, *, interrupted: bool = False) -> None:
+        super().__init__(reason)
+        self.interrupted = interrupted
 
 
 class _Pair(NamedTuple):
@@ -321,6 +336,14 @@ class _Search:
         self.model = model
         self.options = options
         self.objective = model.spec.objective
+        self.free = self.objective == "min_cost" and every_plan_is_free(model)
+        """Every candidate costs 0: searched as max_throughput (`every_plan_is_free`)."""
+        if self.free:
+            self.objective = "max_throughput"
+        self._queues: list[list[tuple[float, int, int, int, int, int]]] = []
+        """The best-first queues while `_best_first` runs: what is not yet explored."""
+        self._searching = math.inf
+        """The bound of the shape being searched; infinite between shapes."""
         constraints = model.spec.constraints
         self.budget = constraints.max_cost_per_iteration
         self.time_cap = 1.0 / constraints.min_throughput if constraints.min_throughput else None
@@ -808,6 +831,7 @@ class _Search:
 
     def run(self) -> SearchResult:
         stop = ""
+        interrupted = False
         try:
             if "kind-profiles" in self.approx:
                 self._zone_stripes()
@@ -819,14 +843,51 @@ class _Search:
                 self._best_first()
         except _Stop as why:
             stop = str(why)
+            interrupted = why.interrupted
+        candidates = self.alternatives()
+        bound = self.lower_bound() if stop or self.approx else self.incumbent()
+        incumbent = candidates[0].value if candidates else None
         return SearchResult(
-            candidates=self.alternatives(),
+            candidates=candidates,
             evaluations=self.evaluations,
             complete=not stop,
             seconds=time.perf_counter() - self.started,
+            lower_bound=bound,
+            gap=relative_gap(incumbent, bound),
+            interrupted=interrupted,
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
         )
+
+    def incumbent(self) -> float:
+        """The best candidate's objective; infinite before the first."""
+        return self.ranked[0].value if self.ranked else math.inf
+
+    def lower_bound(self) -> float:
+        """No candidate of the space scores below this (`certificate` module docstring): the
+        least of the incumbent, the bound of the shape being searched and of every entry
+        still queued; before the queues exist, or under an approximation, the least bound of
+        every (m, P) (`_groups`)."""
+        least = self.incumbent()
+        if self.approx or not self._queues:
+            groups = self._groups()
+            return min(least, min(g[0] for g in groups)) if groups else least
+        least = min(least, self._searching)
+        for queue in self._queues:
+            for entry in queue:
+                least = min(least, entry[0])
+        return least
+
+    def shapes_left(self) -> int:
+        """The shapes still queued under the incumbent, a range of D counting each of its D
+        (0 before the queues exist)."""
+        cut = self.bound()
+        left = 0
+        for queue in self._queues:
+            for entry in queue:
+                if entry[0] <= cut:
+                    left += entry[5] - entry[4] + 1
+        return left + (self._searching < math.inf)
 
     def _best_first(self) -> None:
         """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
@@ -854,6 +915,7 @@ class _Search:
             entry = (bound, 0, mbs, stages, 1, self._dp_cap(mbs, stages))
             (shallow if stages <= 2 else deep).append(entry)
         heapq.heapify(shallow)
+        self._queues = [shallow, deep]
         searched = 0
         while searched < SHALLOW_SHAPES and shallow and shallow[0][0] <= self.bound():
             popped = self._pop_shape(shallow, zoned)
@@ -861,13 +923,16 @@ class _Search:
                 searched += 1
                 self._check_limits()
                 self.shape(*popped)
+                self._searching = math.inf
         queue = shallow + deep
         heapq.heapify(queue)
+        self._queues = [queue]
         while queue and queue[0][0] <= self.bound():
             popped = self._pop_shape(queue, zoned)
             if popped is not None:
                 self._check_limits()
                 self.shape(*popped)
+                self._searching = math.inf
 
     def _pop_shape(
         self, queue: list[tuple[float, int, int, int, int, int]], zoned: bool
@@ -906,6 +971,7 @@ class _Search:
                 if lb + excess <= incumbent:
                     heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp, dp))
                 return None
+        self._searching = lb
         return mbs, stages, dp
 
     def _may_win(self, mbs: int, stages: int, dp: int) -> bool:
@@ -1210,17 +1276,21 @@ class _Search:
                 approximations=self.approx | {"kind-profiles"},
                 eval_limit=self.options.eval_limit,
                 time_limit=self.options.time_limit,
+                progress=self.options.progress,
+                progress_every=self.options.progress_every,
                 must_use=self.options.must_use,
+                stop=self.options.stop,
             ),
         )
         seed.started = self.started
+        seed.last_report = self.last_report
         result = seed.run()
         self.evaluations += result.evaluations
         self.greedy_counts += result.greedy_count_leaves
         for candidate in result.candidates:
             self.offer(candidate)
         if not result.complete:
-            raise _Stop(result.stop_reason)
+            raise _Stop(result.stop_reason, interrupted=result.interrupted)
 
     def _zone_stripes(self) -> None:
         """Seed the incumbent with plans that keep every stage inside one zone of a region
@@ -2378,7 +2448,7 @@ class _Search:
             rest_work = (work[-1] - work[end_layer]) * dp
             key = (start, end, index == 0, last)
             for t, combo in self.kind_sets(mbs, dp, flight, first_layer, end_layer):
-                send = model.send_between(previous, combo, mbs) if index else 0.0
+                send = self._send(previous, combo, mbs) if index else 0.0
                 fill = state.fill + t + 2 * send
                 straggler = max(state.straggler, state.pending + send)
                 pending = t + send
@@ -2599,12 +2669,25 @@ class _Search:
         options = self.options
         if options.eval_limit is not None and self.evaluations > options.eval_limit:
             raise _Stop(f"evaluation limit {options.eval_limit} reached")
+        if options.stop is not None and options.stop.is_set():
+            raise _Stop("interrupted", interrupted=True)
         now = time.perf_counter()
         if options.time_limit is not None and now - self.started > options.time_limit:
             raise _Stop(f"time limit {options.time_limit:g} s reached")
         if options.progress is not None and now - self.last_report >= options.progress_every:
             self.last_report = now
-            options.progress(self.evaluations, now - self.started, next(iter(self.ranked), None))
+            incumbent: float | None = self.incumbent()
+            if incumbent == math.inf:
+                incumbent = None
+            options.progress(
+                Snapshot(
+                    evaluations=self.evaluations,
+                    seconds=now - self.started,
+                    incumbent=0.0 if self.free and incumbent is not None else incumbent,
+                    lower_bound=0.0 if self.free else self.lower_bound(),
+                    shapes_left=self.shapes_left(),
+                )
+            )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -2668,11 +2751,24 @@ def _splits(total: int, parts: int) -> Iterable[tuple[int, ...]]:
 
 
 def search(model: PlanningModel, options: SearchOptions | None = None) -> SearchResult:
-    """The best `options.top` candidates of distinct signature (see the module docstring).
+    """The best `options.top` candidates of distinct signature (see the module docstring);
+    where every candidate is free, `min_cost` searched as its tie-break, the fastest
+    (`certificate.every_plan_is_free`).
 
     The cyclic garbage collector is paused while it runs (`_collector_paused`)."""
     with _collector_paused():
-        return _Search(model, options or SearchOptions()).run()
+        searcher = _Search(model, options or SearchOptions())
+        result = searcher.run()
+    if not searcher.free:
+        return result
+    candidates = tuple(replace(c, objective="min_cost") for c in result.candidates)
+    bound = 0.0 if candidates or not result.complete else math.inf
+    return replace(
+        result,
+        candidates=candidates,
+        lower_bound=bound,
+        gap=relative_gap(candidates[0].value if candidates else None, bound),
+    )
 
 
 @contextmanager
