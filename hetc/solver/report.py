@@ -87,7 +87,10 @@ def proven_text(search: SearchResult) -> str:
     """The search's certificate in words: proven best, or the gap it has proven."""
     if search.gap == 0:
         return "proven best (gap 0)"
-    return f"proven gap {gap_text(search.gap)} (planner estimate vs its lower bound)"
+    return (
+        f"not proven best: gap at most {gap_text(search.gap)} (the planner estimate vs the"
+        " search's lower bound)"
+    )
 
 
 def stopped_text(search: SearchResult) -> str:
