@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hetc.costmodel.planning import PlanningModel
 
-__all__ = ["Snapshot", "every_plan_is_free", "gap_text", "relative_gap"]
+__all__ = ["Snapshot", "gap_text", "relative_gap", "some_pool_is_free"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,13 +64,9 @@ def gap_text(gap: float | None) -> str:
     return f"{percent:.1f}%" if percent >= 0.05 else f"{percent:.2g}%"
 
 
-def every_plan_is_free(model: PlanningModel) -> bool:
-    """Whether every candidate costs 0 USD: every pool's price is 0 and no traffic between
-    two pools is billed. Then `min_cost` ties on cost everywhere, and its tie-break (the
-    fastest) decides alone: the search runs it as `max_throughput`, whose order over
-    candidates (`Candidate.key`: time, then cost) is the same when every cost is 0, and
-    whose bounds prune where cost bounds of 0 prune nothing."""
-    pools = range(len(model.pools))
-    return all(slot.pool.price == 0 for slot in model.pools) and all(
-        model.egress_price(a, b) == 0 for a in pools for b in pools
-    )
+def some_pool_is_free(model: PlanningModel) -> bool:
+    """Whether a min_cost spec may have plans that cost 0 USD: some pool's price is 0 (a
+    plan on free pools within one zone, or wherever traffic is not billed, costs nothing).
+    Then min_cost ties at 0 between all such plans, and its tie-break (the fastest) decides:
+    the search looks for them as `max_throughput` within a budget of 0 (`search.search`)."""
+    return model.spec.objective == "min_cost" and any(slot.pool.price == 0 for slot in model.pools)

@@ -108,7 +108,7 @@ from typing import NamedTuple
 
 from hetc.costmodel.network import FLAT, effective_bandwidth
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
-from hetc.solver.certificate import Snapshot, every_plan_is_free, relative_gap
+from hetc.solver.certificate import Snapshot, relative_gap, some_pool_is_free
 from hetc.solver.cover import StageCover, last_true
 
 __all__ = [
@@ -332,20 +332,21 @@ def _most_stages(dp: int, same: bool, sizes: tuple[int, int, int, int, int]) -> 
 
 
 class _Search:
-    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+    def __init__(self, model: PlanningModel, options: SearchOptions, *, free: bool = False) -> None:
         self.model = model
         self.options = options
         self.objective = model.spec.objective
-        self.free = self.objective == "min_cost" and every_plan_is_free(model)
-        """Every candidate costs 0: searched as max_throughput (`every_plan_is_free`)."""
-        if self.free:
+        self.free = free
+        """The free plans of a min_cost spec, fastest first (`certificate.some_pool_is_free`):
+        searched as max_throughput within a budget of 0 USD per iteration."""
+        if free:
             self.objective = "max_throughput"
         self._queues: list[list[tuple[float, int, int, int, int, int]]] = []
         """The best-first queues while `_best_first` runs: what is not yet explored."""
         self._searching = math.inf
         """The bound of the shape being searched; infinite between shapes."""
         constraints = model.spec.constraints
-        self.budget = constraints.max_cost_per_iteration
+        self.budget = 0.0 if free else constraints.max_cost_per_iteration
         self.time_cap = 1.0 / constraints.min_throughput if constraints.min_throughput else None
         self.capacity = [slot.pool.max_nodes * slot.pool.gpus_per_node for slot in model.pools]
         total = sum(self.capacity)
@@ -1281,6 +1282,7 @@ class _Search:
                 must_use=self.options.must_use,
                 stop=self.options.stop,
             ),
+            free=self.free,
         )
         seed.started = self.started
         seed.last_report = self.last_report
@@ -2561,7 +2563,10 @@ class _Search:
         self.offer(candidate)
 
     def offer(self, candidate: Candidate) -> None:
-        """Keep the best candidate of each signature; `ranked[0]` is the incumbent."""
+        """Keep the best candidate of each signature; `ranked[0]` is the incumbent. Searching
+        the free plans, one that costs anything is no answer."""
+        if self.free and candidate.estimate.cost > 0:
+            return
         signature = candidate.signature(self.model)
         held = self.best.get(signature)
         if held is not None and held.key() <= candidate.key():
@@ -2751,23 +2756,36 @@ def _splits(total: int, parts: int) -> Iterable[tuple[int, ...]]:
 
 
 def search(model: PlanningModel, options: SearchOptions | None = None) -> SearchResult:
-    """The best `options.top` candidates of distinct signature (see the module docstring);
-    where every candidate is free, `min_cost` searched as its tie-break, the fastest
-    (`certificate.every_plan_is_free`).
+    """The best `options.top` candidates of distinct signature (see the module docstring).
+
+    For min_cost where some pool is free, first the free plans, fastest first: any of them
+    is a least-cost plan, and of those the tie-break (`Candidate.key`) wants the fastest,
+    which the time bounds find where cost bounds of 0 prune nothing; only where there is none
+    (and the search was not interrupted), the priced plans, with what is left of the limits
+    (`certificate.some_pool_is_free`).
 
     The cyclic garbage collector is paused while it runs (`_collector_paused`)."""
+    options = options or SearchOptions()
+    if not some_pool_is_free(model):
+        with _collector_paused():
+            return _Search(model, options).run()
     with _collector_paused():
-        searcher = _Search(model, options or SearchOptions())
-        result = searcher.run()
-    if not searcher.free:
-        return result
-    candidates = tuple(replace(c, objective="min_cost") for c in result.candidates)
-    bound = 0.0 if candidates or not result.complete else math.inf
+        free = _Search(model, options, free=True).run()
+    if free.candidates:
+        candidates = tuple(replace(c, objective="min_cost") for c in free.candidates)
+        return replace(free, candidates=candidates, lower_bound=0.0, gap=0.0)
+    if free.interrupted:
+        return free
+    rest = options.time_limit
+    if rest is not None:
+        rest = max(0.0, rest - free.seconds)
+    with _collector_paused():
+        priced = _Search(model, replace(options, time_limit=rest)).run()
     return replace(
-        result,
-        candidates=candidates,
-        lower_bound=bound,
-        gap=relative_gap(candidates[0].value if candidates else None, bound),
+        priced,
+        evaluations=free.evaluations + priced.evaluations,
+        seconds=free.seconds + priced.seconds,
+        greedy_count_leaves=free.greedy_count_leaves + priced.greedy_count_leaves,
     )
 
 
