@@ -69,11 +69,11 @@ def _brackets(result: SearchResult, optimum: float | None) -> str | None:
 
 
 def _stopped_runs(
-    approximations: frozenset[str] = frozenset(),
+    approximations: frozenset[str] = frozenset(), seeds: range = SEEDS
 ) -> list[tuple[int, int, SearchResult]]:
     """(seed, limit, result) for every instance stopped at every limit of LIMITS."""
     runs = []
-    for seed in SEEDS:
+    for seed in seeds:
         model = PlanningModel(_spec(_text(seed)))
         for limit in LIMITS:
             options = SearchOptions(eval_limit=limit, approximations=approximations)
@@ -92,6 +92,17 @@ def test_the_bound_brackets_the_brute_force_optimum_wherever_the_search_stops() 
         positive += not result.complete and 0 < result.lower_bound < math.inf
     assert not wrong, "\n".join(wrong)
     assert positive >= 10, positive
+
+
+@pytest.mark.slow
+def test_the_bound_brackets_the_optimum_on_the_other_exactness_instances() -> None:
+    """The same check on the rest of the exactness tests' 200 instances."""
+    wrong = []
+    for seed, limit, result in _stopped_runs(seeds=range(len(SEEDS), 200)):
+        problem = _brackets(result, _optimum(seed))
+        if problem:
+            wrong.append(f"seed {seed}, eval_limit {limit}: {problem}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_bound_holds_under_the_kind_profiles_approximation() -> None:
