@@ -24,4 +24,4 @@ rm -rf build
 HETC_COMPILE=1 .venv/bin/pip install -q --disable-pip-version-check --no-build-isolation \
     --force-reinstall --no-deps .
 venv=$PWD/.venv
-(cd / && "$venv/bin/python" -c "import hetc.solver.search as s; print('hetc planner:', s.__file__)")
+(cd / && "$venv/bin/python" -c "import hetc.solver.search.driver as s; print('hetc planner:', s.__file__)")

@@ -1,9 +1,9 @@
 """What a search has proven so far: its incumbent, a lower bound on the optimum, the gap
-between the two, and the degenerate objective that needs no search of its own.
+between the two, and the min_cost specs with free pools, whose ties at 0 need the time bound.
 
-The lower bound is the least bound of what the search has not yet explored: a shape it has
-not searched to the end bounds every candidate in it from below (`search` module docstring,
-step 1), and every shape it has searched to the end holds no candidate better than the
+The lower bound is the least bound of what the search has not yet explored: the bound of a
+shape it has not searched to the end is below every candidate in it (`search.driver` module
+docstring, step 1), and a shape it has searched to the end holds nothing better than the
 incumbent. So the optimum lies between the bound and the incumbent, whenever the search
 stops. Under an approximation the searched shapes were searched only within the
 approximation's space, so the bound falls back to the least bound of every shape.
