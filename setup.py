@@ -22,7 +22,18 @@ import os
 from setuptools import setup
 
 COMPILED = [
-    "hetc/solver/search.py",
+    "hetc/solver/search/incumbent.py",
+    "hetc/solver/search/bounds.py",
+    "hetc/solver/search/counts.py",
+    "hetc/solver/search/exact.py",
+    "hetc/solver/search/options.py",
+    "hetc/solver/search/zones.py",
+    "hetc/solver/search/pairs.py",
+    "hetc/solver/search/splits.py",
+    "hetc/solver/search/reach.py",
+    "hetc/solver/search/profiles.py",
+    "hetc/solver/search/stripes.py",
+    "hetc/solver/search/driver.py",
     "hetc/solver/cover.py",
     "hetc/costmodel/planning.py",
     "hetc/costmodel/tables.py",

@@ -231,7 +231,13 @@ def _proposal(spec: Any, profiles: list[Any], shape: PlanShape) -> PlanningResul
     simulation = simulate(plan, spec, profiles=profiles)
     plan = replace(plan, predictions=predictions_of(simulation))
     search = SearchResult(
-        candidates=(candidate,), evaluations=1, complete=True, seconds=0.0, stop_reason=""
+        candidates=(candidate,),
+        evaluations=1,
+        complete=True,
+        seconds=0.0,
+        lower_bound=candidate.value,
+        gap=0.0,
+        stop_reason="",
     )
     return PlanningResult(
         proposals=(Proposal(candidate=candidate, plan=plan, simulation=simulation),),

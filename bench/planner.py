@@ -236,11 +236,11 @@ class Run:
 
 
 def planner_build(module: ModuleType | None = None) -> str:
-    """Which build of the search the workers import (`module`, hetc.solver.search by
+    """Which build of the search the workers import (`module`, hetc.solver.search.driver by
     default): the C extension mypyc made of it (scripts/install-compiled.sh, setup.py) or
     the source. The workers run this file with this interpreter, so they import the same."""
     if module is None:
-        module = importlib.import_module("hetc.solver.search")
+        module = importlib.import_module("hetc.solver.search.driver")
     path = Path(module.__file__ or "")
     if path.suffix == ".py":
         return f"source ({path.name}; bash scripts/install-compiled.sh compiles it)"

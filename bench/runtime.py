@@ -139,7 +139,13 @@ def compile_one_rank(args: argparse.Namespace, zero: int, work: Path) -> Path:
     result = PlanningResult(
         proposals=(Proposal(candidate=candidate, plan=plan, simulation=simulation),),
         search=SearchResult(
-            candidates=(candidate,), evaluations=1, complete=True, seconds=0.0, stop_reason=""
+            candidates=(candidate,),
+            evaluations=1,
+            complete=True,
+            seconds=0.0,
+            lower_bound=candidate.value,
+            gap=0.0,
+            stop_reason="",
         ),
         approximations=frozenset(),
         model=model,

@@ -37,7 +37,10 @@ app = typer.Typer(
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
 ExactFlag = Annotated[
-    bool, typer.Option("--exact", help="No approximations, whatever the cluster size.")
+    bool,
+    typer.Option(
+        "--exact", help="No approximations, whatever the cluster size, and no default time limit."
+    ),
 ]
 ApproximationsOption = Annotated[
     str | None,
@@ -48,7 +51,12 @@ ApproximationsOption = Annotated[
 ]
 TimeLimitOption = Annotated[
     float | None,
-    typer.Option("--time-limit", min=0.0, help="Search seconds; then the best plan so far."),
+    typer.Option(
+        "--time-limit",
+        min=0.0,
+        help="Search seconds, then the best plan so far with its proven gap (default 8 s,"
+        " none with --exact). Ctrl-C also stops the search with the best plan so far.",
+    ),
 ]
 EvalLimitOption = Annotated[
     int | None,
@@ -273,7 +281,7 @@ def plan_command(
         as_json=as_json,
         explain=explain,
         approximations=_approximations(exact, approximations),
-        time_limit=time_limit,
+        time_limit=_time_limit(exact, time_limit),
         eval_limit=eval_limit,
         solver=solver,
         echo=_echo,
@@ -387,7 +395,7 @@ def compile_command(
         force=force,
         top=3 if top is None else top,
         approximations=_approximations(exact, approximations),
-        time_limit=time_limit,
+        time_limit=_time_limit(exact, time_limit),
         eval_limit=eval_limit,
         check_with_cp_sat=cross_check,
         echo=typer.echo,
@@ -719,6 +727,15 @@ def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
     if given is not None:
         return frozenset(a.strip() for a in given.split(",") if a.strip())
     return None
+
+
+def _time_limit(exact: bool, given: float | None) -> float | None:
+    """--time-limit as given; else none with --exact, else the interactive default."""
+    from hetc.solver.planner import INTERACTIVE_TIME_LIMIT
+
+    if given is not None or exact:
+        return given
+    return INTERACTIVE_TIME_LIMIT
 
 
 def _checked_spec(spec: Path) -> Any:

@@ -40,4 +40,4 @@ fi
 rm -rf build
 HETC_COMPILE=1 "$python" -m pip install -q --disable-pip-version-check --no-build-isolation \
     --force-reinstall --no-deps .
-(cd / && "$python" -c "import hetc.solver.search as s; print('hetc planner:', s.__file__)")
+(cd / && "$python" -c "import hetc.solver.search.driver as s; print('hetc planner:', s.__file__)")

@@ -21,7 +21,18 @@ from hetc.schema import check_file
 from hetc.solver.planner import plan_spec
 
 COMPILED = (
-    "hetc.solver.search",
+    "hetc.solver.search.incumbent",
+    "hetc.solver.search.bounds",
+    "hetc.solver.search.counts",
+    "hetc.solver.search.exact",
+    "hetc.solver.search.options",
+    "hetc.solver.search.zones",
+    "hetc.solver.search.pairs",
+    "hetc.solver.search.splits",
+    "hetc.solver.search.reach",
+    "hetc.solver.search.profiles",
+    "hetc.solver.search.stripes",
+    "hetc.solver.search.driver",
     "hetc.solver.cover",
     "hetc.costmodel.planning",
     "hetc.costmodel.tables",

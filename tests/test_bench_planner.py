@@ -134,7 +134,7 @@ def test_the_bench_names_the_build_it_times() -> None:
 
     done = _bench("--cost-model", "analytical")
     assert done.returncode == 0, done.stderr
-    assert "planner: source (search.py;" in done.stdout
-    compiled = ModuleType("hetc.solver.search")
-    compiled.__file__ = "/x/hetc/solver/search.cpython-311-x86_64-linux-gnu.so"
-    assert bench.planner_build(compiled).startswith("compiled by mypyc (search.cpython-311")
+    assert "planner: source (driver.py;" in done.stdout
+    compiled = ModuleType("hetc.solver.search.driver")
+    compiled.__file__ = "/x/hetc/solver/search/driver.cpython-311-x86_64-linux-gnu.so"
+    assert bench.planner_build(compiled).startswith("compiled by mypyc (driver.cpython-311")

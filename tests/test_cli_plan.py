@@ -86,7 +86,8 @@ def test_eval_limit_is_deterministic_and_flagged(tmp_path: Path) -> None:
     assert not a["complete"] and "evaluation limit" in a["stop_reason"]
     assert a["plans"] == b["plans"]
     text = runner.invoke(app, ["plan", str(path), "--eval-limit", "3"])
-    assert "not proven best" in text.stderr
+    assert "not proven best: gap at most" in text.stderr
+    assert a["gap"] > 0 and a["lower_bound"] <= a["plans"][0]["planner_iteration_time"]
 
 
 def test_explain_says_why_a_pool_is_unused(tmp_path: Path) -> None:
@@ -115,14 +116,26 @@ def test_bundled_examples_plan(tmp_path: Path) -> None:
 
 
 def test_progress_line_appears_only_after_a_second() -> None:
+    """The line waits for 1 s, then shows best, bound, gap and shapes left, in place."""
+    from hetc.solver.certificate import Snapshot
     from hetc.solver.report import ProgressLine
 
     printed: list[tuple[str, dict[str, object]]] = []
-    line = ProgressLine(lambda text="", **kw: printed.append((text, kw)))
-    line(10, 0.5, None)
+    line = ProgressLine(lambda text="", **kw: printed.append((text, kw)), "max_throughput")
+
+    def at(seconds: float, incumbent: float | None) -> Snapshot:
+        return Snapshot(
+            evaluations=1234, seconds=seconds, incumbent=incumbent, lower_bound=3.0, shapes_left=7
+        )
+
+    line(at(0.5, None))
     assert not printed
-    line(1234, 1.5, None)
-    assert printed and "1,234 candidates" in printed[0][0] and printed[0][1]["err"] is True
+    line(at(1.5, None))
+    assert printed and "no plan yet" in printed[0][0] and printed[0][1]["err"] is True
+    line(at(2.0, 4.0))
+    text = printed[-1][0]
+    assert text.startswith("\r") and "best 4.00 s," in text and "gap 25.0%" in text
+    assert "bound 3.00 s," in text and "7 shapes left" in text and printed[-1][1]["nl"] is False
     line.close()
     assert printed[-1][0] == ""
 

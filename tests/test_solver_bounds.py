@@ -1,6 +1,6 @@
 """The search's shape-level bounds hold for every candidate, and bite where they should.
 
-The sync bound (`_Search.sync_bound`) prunes whole shapes before any of their candidates is
+The sync bound (`Search.sync_bound`) prunes whole shapes before any of their candidates is
 scored, so a bound too large loses the optimum silently. The oracle is every candidate of
 small multi-zone specs (tests/oracles/brute_force.py enumerates them from the spec): each
 candidate's slowest synchronisation must be at least the bound for its (P, D). A second
@@ -26,7 +26,8 @@ from oracles.instances import binding_instance, random_instance
 from hetc.costmodel.planning import PlanningModel
 from hetc.costmodel.profile import BandwidthFit, LayerProfile
 from hetc.schema import Spec, check_file, check_text
-from hetc.solver.search import SHALLOW_SHAPES, SearchOptions, _Search
+from hetc.solver.search import SearchOptions
+from hetc.solver.search.driver import SHALLOW_SHAPES, Search
 
 CROSSING = """\
 version: 1
@@ -83,7 +84,7 @@ def _multi_zone_specs() -> list[Spec]:
 def test_every_candidate_syncs_no_faster_than_the_bound(index: int) -> None:
     spec = _multi_zone_specs()[index]
     model = PlanningModel(spec)
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     least: dict[tuple[int, int], float] = defaultdict(lambda: float("inf"))
     for shape, _, estimate in candidates(model):
         key = (shape.stages, shape.pipelines)
@@ -98,7 +99,7 @@ def test_rings_that_must_cross_zones_pay_the_crossing_latency() -> None:
     of the slowest link it crosses. D = 6 cannot fit a 4-device zone (1 ms between zones of
     r1), D = 9 cannot fit a region of 8 (35 ms between regions); four stages of D = 3 need
     four zones holding 3 each, and there are three, so one stage crosses at least a zone."""
-    searcher = _Search(PlanningModel(_spec(CROSSING)), SearchOptions())
+    searcher = Search(PlanningModel(_spec(CROSSING)), SearchOptions())
     assert searcher.sync_bound(1, 6) >= 2 * 5 * 1e-3
     assert searcher.sync_bound(1, 9) >= 2 * 8 * 35e-3
     assert searcher.sync_bound(4, 3) >= 2 * 2 * 1e-3
@@ -111,7 +112,7 @@ def test_rings_that_must_cross_regions_move_all_their_bytes_across() -> None:
     the whole model's ring over the cheapest pair of kinds in different regions (the
     model's own ring time, so the bandwidth term counts too, not only the latency)."""
     model = PlanningModel(_spec(CROSSING))
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     region = [model.pools[k.pool].zone.region for k in model.kinds]
     whole = (0, model.blocks, True, True)
     cheapest = min(
@@ -161,7 +162,7 @@ def test_every_candidate_is_no_better_than_its_shape_bound(index: int) -> None:
     straggler floors, sync, and for cost the work and rental floors)."""
     spec = _specs_with_plans()[index]
     model = PlanningModel(spec)
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     least: dict[tuple[int, int, int], float] = defaultdict(lambda: float("inf"))
     for shape, _, estimate in candidates(model):
         if estimate.feasible:
@@ -178,7 +179,7 @@ def test_idle_cost_charges_every_device_for_the_other_stages_and_the_sync() -> N
     """Hand-computed on CROSSING (cheapest device 2.86 USD/h, least TP 1): with 3 stages of
     D = 4, F = 0.5 s and Y = 0.1 s, the 4 devices of stage i idle for F - t_i + Y each, which
     sums over the stages to 4 x (2 F + 3 Y) device-seconds."""
-    searcher = _Search(PlanningModel(_spec(CROSSING)), SearchOptions())
+    searcher = Search(PlanningModel(_spec(CROSSING)), SearchOptions())
     expected = 2.86 / 3600 * 4 * (2 * 0.5 + 3 * 0.1)
     assert searcher.idle_cost(3, 4, 0.5, 0.1) == pytest.approx(expected, rel=1e-12)
     assert searcher.idle_cost(1, 4, 0.5, 0.0) == 0.0, "one stage, no sync: nothing idles"
@@ -196,7 +197,7 @@ def _floor_bounds_lifted(term: str, zero: Callable[..., float], depths: tuple[in
     every D) a term lifts, against the same search with `term` replaced by `zero`; asserts
     that it lowers none."""
     model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
-    searcher, without = _Search(model, SearchOptions()), _Search(model, SearchOptions())
+    searcher, without = Search(model, SearchOptions()), Search(model, SearchOptions())
     setattr(without, term, zero)
     lifted = 0
     for stages in depths:
@@ -230,7 +231,7 @@ def test_work_cost_is_every_microbatch_on_the_cheapest_kind() -> None:
     """Hand-computed on one pool: B / m microbatches x the whole model's time on one TP-1
     device x its price (1 USD/device-second here is 3.6 USD/h / 3600)."""
     model = PlanningModel(_spec(ONE_POOL))
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     tp1 = next(k.index for k in model.kinds if k.tp == 1)
     for mbs in (1, 2, 4):
         whole = model.stage_time(tp1, mbs, 0, model.blocks + 2)[0]
@@ -262,7 +263,7 @@ def test_windows_are_the_least_run_of_blocks_on_each_kind() -> None:
     alternate global and local attention, so where a run starts matters), asked in a
     shuffled order and then again; `_host_window` is the least over the hosts at D."""
     model = PlanningModel(_spec((BENCH / "gptneo-32a100-96v100.yaml").read_text()))
-    searcher = _Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
+    searcher = Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
     last = model.blocks
     asks = [(k.index, m, n) for k in model.kinds for m in (1, 2) for n in range(1, last + 1)]
     random.Random(0).shuffle(asks)
@@ -288,7 +289,7 @@ def test_work_cost_prices_each_layer_on_its_own_cheapest_kind() -> None:
     per unit of work (`device_work`'s sigma is 1 for it, because of the token table): more
     than 20% above it at microbatch sizes 1 and 2, where the token table tips it."""
     model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     lifted = {}
     for mbs in model.microbatch_sizes():
         total = model.batch // mbs
@@ -317,7 +318,7 @@ def test_the_cost_bound_pays_for_the_slowest_share() -> None:
     iteration, so at least 126 microbatch slots of work are paid for; over D = 32 (even
     shares) 64 are, and the bound is about half as high."""
     model = PlanningModel(_spec((BENCH / "opt350m-floor.yaml").read_text()))
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     bounds = searcher.shape_bounds(16, 1, 63)
     work = searcher.work_cost(16)
     assert bounds[62] >= work * 126 / 64
@@ -327,12 +328,12 @@ def test_the_cost_bound_pays_for_the_slowest_share() -> None:
 @pytest.mark.parametrize("seed", range(0, 60, 3))
 def test_a_range_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
     """The search lists the shapes of a range of D of a (microbatch, P) group only once the
-    range's bound is reached (`_Search.range_bound`; the whole group is the range 1..the
+    range's bound is reached (`Search.range_bound`; the whole group is the range 1..the
     count cap), so it must not exceed any of their bounds, under each objective and
     constraint (binding budgets and floors among the seeds), for every range. The bounds of
     a range, listed from its first D, are those of the whole list."""
     model = PlanningModel(_spec(random_instance(seed) if seed % 2 else binding_instance(seed)))
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     checked = 0
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
@@ -418,7 +419,7 @@ def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None
     floor raised by one send too many would pass unseen."""
     spec = SENDS_CASES[name]
     model = PlanningModel(spec)
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     closest = {"fill": math.inf, "static": math.inf, "line": math.inf}
     for shape, assignment, estimate in candidates(model):
         if not estimate.feasible or shape.stages == 1:
@@ -451,7 +452,7 @@ def test_the_least_send_is_the_fastest_pool_pair() -> None:
     1 Gbps link with 20 us latency; between the zones it is 1 Gbps with 1 ms. One stage
     sends nothing."""
     model = PlanningModel(SENDS_CASES["mixed TP in a stage"])
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     for mbs in (1, 2, 4):
         expected = min(model.send(a, b, mbs) for a in (0, 1) for b in (0, 1))
         assert searcher._least_send(mbs) == expected
@@ -467,7 +468,7 @@ def test_min_cost_bounds_charge_every_device_its_waits_on_sends() -> None:
     microbatch slots. The shape bound is at least that, and equal to it where the rental
     on the fewest devices does not bind (in 14 of the case's 28 finite shapes)."""
     model = PlanningModel(SENDS_CASES["mixed, cheapest"])
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     price = 2.86 / 3600
     binding = 0
     for mbs in model.microbatch_sizes():
@@ -503,7 +504,7 @@ def test_the_send_terms_by_hand() -> None:
     so an end stage's replicas count at the largest TP of any kind (2 on the mixed case),
     not at the affordable one (1 at P = 3, D = 2)."""
     model = PlanningModel(SENDS_CASES["one TP-1 pool"])
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     s = searcher._least_send(1)
     fill, worst, work, free = searcher._terms(1, 1)
     window = searcher._least_window(1, 1, 2)
@@ -514,7 +515,7 @@ def test_the_send_terms_by_hand() -> None:
     expected = [work / 3, s, (work - 2 * s) / 3, 2 * s]
     assert [term for line in lines for term in line] == pytest.approx(expected, rel=1e-12)
     assert len(searcher._period_terms(1, 2, 1)[2]) == 1, "two stages: both are ends"
-    mixed = _Search(PlanningModel(_sends(zero=0, quota=4, gpn=2, pools=V100_ZONE)), SearchOptions())
+    mixed = Search(PlanningModel(_sends(zero=0, quota=4, gpn=2, pools=V100_ZONE)), SearchOptions())
     assert mixed._tp_cap(mixed.affordable_tp(3, 2)) == 1
     s = mixed._least_send(1)
     work, free = mixed._terms(1, 1)[2:]
@@ -562,7 +563,7 @@ def test_the_range_sync_is_below_the_sync_bound_at_every_larger_d(seed: int) -> 
         model = PlanningModel(_spec(ONE_PER_NODE), profiles=[_falling_profile()])
     else:
         model = PlanningModel(_spec(random_instance(seed) if seed % 2 else binding_instance(seed)))
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     top = max(2, searcher.total_devices)
     falls = False
     for stages in range(1, model.blocks + 1):
@@ -580,10 +581,10 @@ def test_shapes_beaten_before_the_sync_keep_a_weaker_bound_above_the_incumbent(n
     weaker bound (its rings are never computed): still a lower bound, still above the
     incumbent, so the shapes searched and their order are the same."""
     model = PlanningModel(_spec((BENCH / f"{name}.yaml").read_text()))
-    fresh = _Search(model, SearchOptions())
+    fresh = Search(model, SearchOptions())
     full = [b for stages in (1, 2, 6) for b in fresh.shape_bounds(2, stages, 200)]
     incumbent = sorted(b for b in full if b < math.inf)[len(full) // 4]
-    pruning = _Search(model, SearchOptions())
+    pruning = Search(model, SearchOptions())
     pruning._kth = incumbent
     early = [b for stages in (1, 2, 6) for b in pruning.shape_bounds(2, stages, 200)]
     weaker = 0
@@ -603,7 +604,7 @@ def test_the_ring_frontier_keeps_every_sync_term(name: str) -> None:
     smaller (on five zones, 3 of 18)."""
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
-    searcher = _Search(PlanningModel(report.spec), SearchOptions())
+    searcher = Search(PlanningModel(report.spec), SearchOptions())
     frontier = searcher._ring_frontier()
     assert len(frontier) < len(searcher._distinct_rings())
     fast = [searcher._sync_terms(dp) for dp in range(2, 300)]
@@ -613,7 +614,7 @@ def test_the_ring_frontier_keeps_every_sync_term(name: str) -> None:
 
 @pytest.mark.parametrize("seed", range(0, 40, 4))
 def test_the_ring_frontier_on_random_specs(seed: int) -> None:
-    searcher = _Search(PlanningModel(_spec(random_instance(seed))), SearchOptions())
+    searcher = Search(PlanningModel(_spec(random_instance(seed))), SearchOptions())
     fast = [searcher._sync_terms(dp) for dp in range(2, 40)]
     searcher._frontier = searcher._distinct_rings()
     assert fast == [searcher._sync_terms(dp) for dp in range(2, 40)]
@@ -628,7 +629,7 @@ def test_stage_rings_read_one_pair_per_distinct_ring(name: str) -> None:
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    searcher = _Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
+    searcher = Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
     fewer = 0
     for option in searcher.stage_options():
         every = [(a, b) for x, a in enumerate(option) for b in option[x:]]
@@ -640,7 +641,7 @@ def test_stage_rings_read_one_pair_per_distinct_ring(name: str) -> None:
     assert fewer > 0
 
 
-class _Recorder(_Search):
+class _Recorder(Search):
     """Records the shapes in the order the search reaches them, searching none and keeping
     no candidate: with no incumbent, every shape of finite bound is reached."""
 
@@ -680,7 +681,7 @@ def test_shallow_shapes_of_least_bound_come_first_then_every_shape_in_bound_orde
     every group up front; the incumbent, where set, is held at that quantile of their
     bounds (which prunes ranges, and lists those it leaves whole)."""
     model = PlanningModel(_spec(text))
-    oracle = _Search(model, SearchOptions(approximations=approximations))
+    oracle = Search(model, SearchOptions(approximations=approximations))
     zoned = "kind-profiles" in approximations and model.spec.objective == "max_throughput"
     value: dict[tuple[int, int, int], float] = {}
     for _, mbs, stages in oracle._groups():

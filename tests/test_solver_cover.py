@@ -26,7 +26,8 @@ from hetc.schema import Spec, check_file, check_text
 from hetc.solver import cover
 from hetc.solver.cover import StageCover, class_hull, least_cover
 from hetc.solver.planner import default_approximations
-from hetc.solver.search import SearchOptions, _Search, search
+from hetc.solver.search import SearchOptions, search
+from hetc.solver.search.driver import Search
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "scenarios"
 
@@ -127,7 +128,7 @@ def _small_specs() -> list[Spec]:
 def test_every_candidate_passes_at_its_own_straggler(index: int) -> None:
     spec = _small_specs()[index]
     model = PlanningModel(spec)
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     check = searcher._cover
     least: dict[tuple[int, int, int], float] = defaultdict(lambda: math.inf)
     for shape, assignment, _ in candidates(model):
@@ -147,16 +148,16 @@ def test_every_candidate_passes_at_its_own_straggler(index: int) -> None:
 def _visited(model: PlanningModel, monkeypatch: pytest.MonkeyPatch) -> tuple[float, int]:
     """(best objective, shapes whose profile pairs were searched)."""
     count = 0
-    pairs = _Search._pairs
+    pairs = Search._pairs
 
-    def counted(self: _Search, *args: object) -> object:
+    def counted(self: Search, *args: object) -> object:
         nonlocal count
         count += 1
         return pairs(self, *args)
 
-    monkeypatch.setattr(_Search, "_pairs", counted)
+    monkeypatch.setattr(Search, "_pairs", counted)
     result = search(model, SearchOptions(approximations=default_approximations(model)))
-    monkeypatch.setattr(_Search, "_pairs", pairs)
+    monkeypatch.setattr(Search, "_pairs", pairs)
     return result.candidates[0].value, count
 
 
@@ -165,7 +166,7 @@ def test_the_check_cuts_the_shapes_searched(
     name: str, factor: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Measured: 361 -> 60 shapes on 128 A100, 2,007 -> 1,410 on five zones of A100. With
-    two device types the check is off (`_Search._may_win`), so it must change nothing."""
+    two device types the check is off (`Search._may_win`), so it must change nothing."""
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
@@ -194,7 +195,7 @@ def test_the_check_is_off_with_two_device_types(monkeypatch: pytest.MonkeyPatch)
 
 def test_no_ceiling_means_no_answer() -> None:
     spec = _small_specs()[0]
-    check = _Search(PlanningModel(spec), SearchOptions())._cover
+    check = Search(PlanningModel(spec), SearchOptions())._cover
     assert check.may_run_under(1, 1, 1, math.inf)
     assert not check.may_run_under(1, 1, 1, -1.0)
     assert cover.SLACK < 1e-6
@@ -208,7 +209,7 @@ def test_the_memory_cap_keeps_every_shape_that_fits(seed: int) -> None:
     (seeds 48 on with local attention)."""
     spec = _spec(random_instance(seed)) if seed < 48 else _local_attention(seed)
     model = PlanningModel(spec)
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     for shape, _, estimate in candidates(model):
         if any("out of memory" in p for p in estimate.problems):
             continue
@@ -223,7 +224,7 @@ def test_the_memory_cap_cuts_shapes_and_keeps_the_optimum(monkeypatch: pytest.Mo
     report = check_file(BENCH / "gptneo-32a100-96v100.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    searcher = _Search(model, SearchOptions())
+    searcher = Search(model, SearchOptions())
     plain = capped = 0
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
@@ -245,8 +246,8 @@ def test_one_kind_per_tp_degree_gives_the_same_answers(name: str) -> None:
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    fast = _Search(model, SearchOptions())._cover
-    full = _Search(model, SearchOptions())._cover
+    fast = Search(model, SearchOptions())._cover
+    full = Search(model, SearchOptions())._cover
     full._distinct_kinds = list(range(len(model.kinds)))
     assert len(fast._distinct_kinds) == len({k.tp for k in model.kinds})
     rng = random.Random(7)
@@ -282,7 +283,7 @@ def test_class_times_are_stage_times_at_each_position(name: str) -> None:
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    check = _Search(model, SearchOptions())._cover
+    check = Search(model, SearchOptions())._cover
     blocks = model.blocks
     period = len(model.arch.attention_pattern)
     for mbs in model.microbatch_sizes()[:2]:
@@ -313,8 +314,8 @@ def test_the_memory_caps_shortcut_gives_the_full_covers_answer(
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    fast = _Search(model, SearchOptions())
-    full = _Search(model, SearchOptions())
+    fast = Search(model, SearchOptions())
+    full = Search(model, SearchOptions())
     taken = []
     shortcut = StageCover.holds_share
 

@@ -20,13 +20,13 @@ from oracles.brute_force import brute_force, candidates, derive_kinds
 from oracles.instances import binding_instance, instance_data, random_instance, relaxed, to_yaml
 from ruamel.yaml import YAML
 
-import hetc.solver.search as search_module
 from hetc.costmodel.planning import Assignment, PlanningModel, Shape
 from hetc.costmodel.simulate import Simulation, simulate
 from hetc.plan import Plan, plan_problems
 from hetc.schema import Spec, check_text, spec_hash
 from hetc.solver.build import build_plan
 from hetc.solver.search import SearchOptions, SearchResult, search
+from hetc.solver.search.driver import Search
 
 SEEDS = range(200)
 MIN_BINDING_SHARE = 0.30
@@ -237,10 +237,10 @@ def test_a_search_that_prunes_too_much_is_caught(monkeypatch: pytest.MonkeyPatch
     """The comparison has teeth: once a first candidate is found, a bound of 0 prunes every
     other shape and partial, and on some instance the oracle sees a worse answer."""
 
-    def overeager(self: search_module._Search) -> float:
+    def overeager(self: Search) -> float:
         return 0.0 if self.ranked else math.inf
 
-    monkeypatch.setattr(search_module._Search, "bound", overeager)
+    monkeypatch.setattr(Search, "bound", overeager)
     for seed in range(1, 2 * len(SEEDS), 2):
         result = search(PlanningModel(_case(seed).spec), SearchOptions())
         if not _same(_searched(result), _value(_oracle(seed))):

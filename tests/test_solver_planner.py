@@ -22,7 +22,8 @@ from hetc.solver.planner import (
     plan_spec,
     simulated_objective,
 )
-from hetc.solver.search import SearchOptions, SearchResult, _Search, search
+from hetc.solver.search import SearchOptions, SearchResult, search
+from hetc.solver.search.driver import Search
 
 TINY = """\
 version: 1
@@ -212,20 +213,20 @@ def test_the_search_pauses_the_garbage_collector_and_restores_it(
     """`search` runs with the cyclic collector off and leaves it as it found it, also when
     the search raises; the plan is the same as with the collector on."""
     model = PlanningModel(tiny())
-    reference = _Search(model, SearchOptions()).run().candidates[0].value
+    reference = Search(model, SearchOptions()).run().candidates[0].value
     seen: list[bool] = []
-    run = _Search.run
+    run = Search.run
 
-    def watched(self: _Search) -> SearchResult:
+    def watched(self: Search) -> SearchResult:
         seen.append(gc.isenabled())
         return run(self)
 
-    monkeypatch.setattr(_Search, "run", watched)
+    monkeypatch.setattr(Search, "run", watched)
     (gc.enable if enabled else gc.disable)()
     try:
         assert search(model).candidates[0].value == reference
         assert seen and not any(seen) and gc.isenabled() is enabled
-        monkeypatch.setattr(_Search, "run", lambda self: 1 / 0)
+        monkeypatch.setattr(Search, "run", lambda self: 1 / 0)
         with pytest.raises(ZeroDivisionError):
             search(model)
         assert gc.isenabled() is enabled

@@ -25,13 +25,16 @@ from pathlib import Path
 import pytest
 from oracles.instances import binding_instance, random_instance
 
-import hetc.solver.search as search_module
 from hetc.catalog import ModelArchitecture
 from hetc.costmodel.compute import ComputeModel
 from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.costmodel.profile import LayerProfile
 from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SearchOptions, search
+from hetc.solver.search.bounds import Option
+from hetc.solver.search.driver import Search
+from hetc.solver.search.pairs import _BuiltAsRead, _most_stages, _PairAt
+from hetc.solver.search.reach import NO_ROOM
 
 SEEDS = range(48)
 PROFILES = frozenset({"kind-profiles"})
@@ -75,7 +78,7 @@ TWINS = ZONES.replace(
     "      - {device: A100-40GB, quota: 16, gpus_per_node: 4, price: 3.67 USD/h}\n"
     "      - {device: V100-16GB, quota: 16, gpus_per_node: 4, price: 2.86 USD/h}\n",
 )
-"""Zones a and b identical (mirror images of each other, `_Search._zone_swaps`), c apart."""
+"""Zones a and b identical (mirror images of each other, `Search._zone_swaps`), c apart."""
 
 
 def _with_zones(name: str, zones: str, replace: dict[str, str] | None = None) -> str:
@@ -103,7 +106,7 @@ STRIPES = _one_pool_zones(
     [("a", "r1", 8, "3.67"), ("b", "r1", 8, "3.67"), ("c", "r1", 8, "3.0"), ("d", "r1", 4, "3.0")],
 )
 """Four small zones of one region: two options inside a zone hold 16 devices, so wider
-profiles must ring across zones on a region-wide option (`_Search._zone_rings`)."""
+profiles must ring across zones on a region-wide option (`Search._zone_rings`)."""
 
 REGIONS = _one_pool_zones(
     "regions", [(region + zone, region, 4, "3.67") for region in ("r1", "r2") for zone in "abcd"]
@@ -128,7 +131,7 @@ MEMORY = _with_zones(
 )
 """A 2.4B-parameter model on 8 A100 and 32 V100-16GB: a V100 at TP 1 holds a few of its 12
 blocks, so memory, not the quotas, decides which D a pair of options can hold
-(`_Search._profile_last`)."""
+(`Search._profile_last`)."""
 
 
 def _spec(text: str) -> Spec:
@@ -166,7 +169,7 @@ def _cases() -> list[tuple[str, Spec]]:
     return cases
 
 
-class _Exhaustive(search_module._Search):
+class _Exhaustive(Search):
     """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound
     (the searcher forgets both; the estimate at each leaf still checks them), no cost floor
     (prices of 0), no straggler ceiling, no cap on D but counting's (neither the memory
@@ -194,19 +197,19 @@ class _Exhaustive(search_module._Search):
     def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[search_module._PairAt]:
+    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[_PairAt]:
         rows = super()._pairs(mbs, dp, alone)
         return [r._replace(pair=r.pair._replace(per_stage=0.0, per_pass=0.0)) for r in rows]
 
     def _zone_swaps(self) -> list[dict[int, int]]:
         return []
 
-    def _may_use_forced(self, slow: search_module.Option, fast: search_module.Option) -> bool:
+    def _may_use_forced(self, slow: Option, fast: Option) -> bool:
         return True
 
 
 def _best(
-    spec: Spec, searcher: type[search_module._Search], must_use: frozenset[int] = frozenset()
+    spec: Spec, searcher: type[Search], must_use: frozenset[int] = frozenset()
 ) -> float | None:
     found = _top(spec, searcher, 1, must_use)
     return found[0] if found else None
@@ -214,7 +217,7 @@ def _best(
 
 def _top(
     spec: Spec,
-    searcher: type[search_module._Search],
+    searcher: type[Search],
     top: int,
     must_use: frozenset[int] = frozenset(),
 ) -> list[float]:
@@ -237,10 +240,10 @@ def test_pruned_profiles_find_the_exhaustive_optimum() -> None:
     feasible = 0
     for name, spec in _cases():
         exhaustive = _top(spec, _Exhaustive, 3)
-        pruned = _top(spec, search_module._Search, 3)
+        pruned = _top(spec, Search, 3)
         assert len(pruned) == len(exhaustive), (name, pruned, exhaustive)
         assert all(_same(a, b) for a, b in zip(pruned, exhaustive, strict=True)), name
-        best = _best(spec, search_module._Search)
+        best = _best(spec, Search)
         assert _same(best, exhaustive[0] if exhaustive else None), name
         feasible += bool(exhaustive)
     assert feasible >= len(SEEDS) // 2
@@ -258,7 +261,7 @@ def test_a_forced_pool_gives_the_exhaustive_optimum_among_plans_renting_it() -> 
         forced = frozenset({pool})
         exhaustive = _best(spec, _Exhaustive, forced)
         assert exhaustive is not None
-        assert _same(_best(spec, search_module._Search, forced), exhaustive), (objective, pool)
+        assert _same(_best(spec, Search, forced), exhaustive), (objective, pool)
 
 
 def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:
@@ -275,7 +278,7 @@ def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:
         at = rng.randint(1, stages - 1)
         room = passes / (at / sp_s + (stages - at) / sp_f) * rng.uniform(0.97, 1.03)
         room = rng.choice([room, rng.uniform(-1, 20)])
-        kept = set(search_module._Search._within(lengths, stages, room, passes, sp_s, sp_f))
+        kept = set(Search._within(lengths, stages, room, passes, sp_s, sp_f))
         bound = {n: passes / (n / sp_s + (stages - n) / sp_f) for n in lengths}
         assert {n for n in lengths if bound[n] <= room} <= kept, (lengths, kept)
         assert all(bound[n] <= room * (1 + 1e-6) + 1e-12 for n in kept), (lengths, kept)
@@ -286,16 +289,16 @@ def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:
 def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation: halve the dual capacity bound (so shapes are pruned that should not be);
     on some case the pruned search then misses the exhaustive optimum."""
-    true_bound = search_module._Search._most_capacity
+    true_bound = Search._most_capacity
 
-    def halved(self: search_module._Search, mbs: int, stages: int, dp: int) -> float:
+    def halved(self: Search, mbs: int, stages: int, dp: int) -> float:
         return true_bound(self, mbs, stages, dp) / 2
 
     for name, spec in _cases():
         exhaustive = _best(spec, _Exhaustive)
         with monkeypatch.context() as patch:
-            patch.setattr(search_module._Search, "_most_capacity", halved)
-            pruned = _best(spec, search_module._Search)
+            patch.setattr(Search, "_most_capacity", halved)
+            pruned = _best(spec, Search)
         if not _same(pruned, exhaustive):
             assert exhaustive is not None, name
             assert pruned is None or pruned > exhaustive
@@ -303,9 +306,7 @@ def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -
     pytest.fail("halving the capacity bound went unnoticed on every case")
 
 
-def _fits_by_placement(
-    searcher: search_module._Search, demands: list[tuple[tuple[int, ...], int]]
-) -> bool:
+def _fits_by_placement(searcher: Search, demands: list[tuple[tuple[int, ...], int]]) -> bool:
     """Whether the options' device demands can be placed on their pools within quota and
     max_gpus, by trying every way to split each demand over its pools."""
     model = searcher.model
@@ -334,7 +335,7 @@ def _fits_by_placement(
 
 def test_run_lengths_are_exactly_the_placeable_ones() -> None:
     spec = _zones("max_throughput")
-    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
     options = searcher.stage_options()
     assert any(len(o) > 1 for o in options), "the case must have a region-wide option"
     kinds = searcher.model.kinds
@@ -364,9 +365,7 @@ def test_the_dual_capacity_bound_covers_every_profile() -> None:
     rng = random.Random(7)
     tight = 0
     for spec in (_zones("max_throughput"), _case(3), _case(8)):
-        searcher = search_module._Search(
-            PlanningModel(spec), SearchOptions(approximations=PROFILES)
-        )
+        searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
         model = searcher.model
         for _ in range(60):
             mbs = rng.choice(model.microbatch_sizes())
@@ -392,7 +391,7 @@ def test_the_work_share_floor_is_below_the_best_split() -> None:
     """(W + sends) / capacity never exceeds the straggler of the split `min_max_split`
     finds with no floor, for every two-option profile of a mixed-device case."""
     spec = _zones("max_throughput")
-    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
     model = searcher.model
     checked = 0
     for mbs in model.microbatch_sizes()[:3]:
@@ -428,7 +427,7 @@ def test_the_least_straggler_is_below_every_profile_split(bandwidth: str) -> Non
     spec = _spec(
         text.replace("intra_zone: {bandwidth: 100Gbps", f"intra_zone: {{bandwidth: {bandwidth}")
     )
-    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
     model = searcher.model
     closest = math.inf
     for mbs in model.microbatch_sizes()[:3]:
@@ -454,7 +453,7 @@ def test_greedy_counts_leave_room_for_every_stage() -> None:
     """A region-wide option on two stages: filling the first stage's extra replicas into the
     first zone must not take the devices the second stage needs for its one replica there."""
     spec = _zones("max_throughput")
-    searcher = search_module._Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
+    searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
     model = searcher.model
     merged = next(o for o in searcher.stage_options() if len(o) == 2 and model.kinds[o[0]].tp == 1)
     room = sum(searcher.capacity[model.kinds[k].pool] for k in merged)
@@ -517,7 +516,7 @@ def test_mirror_images_of_identical_zones_score_the_same() -> None:
     every run length of a few shapes."""
     model = PlanningModel(_zones("min_cost", text=TWINS))
     options = SearchOptions(approximations=PROFILES)
-    searcher = search_module._Search(model, options)
+    searcher = Search(model, options)
     kept = {(row.slow, row.fast) for row in searcher._pair_rows(1)}
     every = {(row.slow, row.fast) for row in _Exhaustive(model, options)._pair_rows(1)}
     position = {
@@ -561,9 +560,7 @@ def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
     of a pair are a run ending at the largest (so a scan by it may stop at the first row
     that cannot fit P); it is exact for some pair, else it would prune nothing."""
     for spec in (_zones("max_throughput"), _zones("min_cost", text=TWINS), _case(3)):
-        searcher = search_module._Search(
-            PlanningModel(spec), SearchOptions(approximations=PROFILES)
-        )
+        searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
         options = searcher.stage_options()
         exact = 0
         for slow, fast in itertools.combinations_with_replacement(options, 2):
@@ -574,7 +571,7 @@ def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
                     if searcher._run_lengths(slow, fast, stages, dp)
                 ]
                 sizes = searcher._pair_sizes(slow, fast)
-                most = search_module._most_stages(dp, slow == fast, sizes)
+                most = _most_stages(dp, slow == fast, sizes)
                 assert all(stages <= most for stages in feasible), (slow, fast, dp)
                 if feasible:
                     assert feasible == list(range(feasible[0], feasible[-1] + 1))
@@ -587,7 +584,7 @@ def test_end_rings_are_below_the_first_and_last_stages_rings() -> None:
     hold the token table and the head), and for P > 1 exceeds one plain block's ring on
     some option, so it adds to the bound."""
     model = PlanningModel(_zones("max_throughput"))
-    searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+    searcher = Search(model, SearchOptions(approximations=PROFILES))
     blocks = model.blocks
     stronger = 0
     for option in searcher.stage_options():
@@ -614,9 +611,7 @@ def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
     binding = 0
     specs = [_zones("max_throughput", text=t) for t in (STRIPES, REGIONS, ZONES)]
     for spec in specs + [_case(seed) for seed in SEEDS]:
-        searcher = search_module._Search(
-            PlanningModel(spec), SearchOptions(approximations=PROFILES)
-        )
+        searcher = Search(PlanningModel(spec), SearchOptions(approximations=PROFILES))
         options = searcher.stage_options()
         for stages in range(1, searcher.model.blocks + 1):
             for dp in range(1, searcher.total_devices // stages + 1):
@@ -641,27 +636,27 @@ def test_time_tables_are_every_hosted_pair_most_stages_first_built_as_read() -> 
     pair rows; reading two rows builds two, and reading on builds the rest."""
     for spec in (_zones("max_throughput", text=TWINS), _zones("max_throughput")):
         model = PlanningModel(spec)
-        searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+        searcher = Search(model, SearchOptions(approximations=PROFILES))
         checked = 0
         for mbs in model.microbatch_sizes():
             for dp in (1, 2, 3, 4, 6, 8, 16):
                 hosts = set(searcher._hosts(mbs, dp))
                 for alone in (False, True):
                     expected = [
-                        search_module._PairAt(
+                        _PairAt(
                             pair,
                             searcher._block_ring(pair.slow, dp),
                             searcher._block_ring(pair.fast, dp),
                             searcher._block_egress(pair.slow, dp),
                             searcher._block_egress(pair.fast, dp),
-                            search_module._most_stages(dp, pair.slow == pair.fast, sizes),
+                            _most_stages(dp, pair.slow == pair.fast, sizes),
                         )
                         for pair, sizes in searcher._pair_rows_sized(mbs)
                         if {pair.slow, pair.fast} <= hosts and (not alone or pair.slow == pair.fast)
                     ]
                     expected.sort(key=lambda r: -r.most_stages)
                     table = searcher._pairs(mbs, dp, alone)
-                    assert isinstance(table, search_module._BuiltAsRead)
+                    assert isinstance(table, _BuiltAsRead)
                     assert list(itertools.islice(table, 2)) == expected[:2]
                     assert len(table._built) == min(2, len(expected))
                     assert list(table) == expected, (mbs, dp, alone)
@@ -680,9 +675,9 @@ def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
     for spec in (_zones("min_cost", text=TWINS), _zones("min_cost"), floor):
         model = PlanningModel(spec)
         options = SearchOptions(approximations=PROFILES)
-        lazy = search_module._Search(model, options)
+        lazy = Search(model, options)
         assert lazy.objective == "min_cost"
-        whole = search_module._Search(model, options)
+        whole = Search(model, options)
         whole.objective = "max_throughput"
         checked = 0
         for mbs in model.microbatch_sizes():
@@ -707,7 +702,7 @@ def test_a_table_built_as_read_draws_only_what_is_read() -> None:
             drawn.append(row)
             yield row
 
-    table = search_module._BuiltAsRead(source())  # type: ignore[arg-type]
+    table = _BuiltAsRead(source())  # type: ignore[arg-type]
     assert list(itertools.islice(table, 3)) == [0, 1, 2]
     assert drawn == [0, 1, 2]
     assert list(table) == list(range(7))
@@ -715,7 +710,7 @@ def test_a_table_built_as_read_draws_only_what_is_read() -> None:
     assert drawn == list(range(7))
 
 
-def _holds_some_profile(searcher: search_module._Search, mbs: int, stages: int, dp: int) -> bool:
+def _holds_some_profile(searcher: Search, mbs: int, stages: int, dp: int) -> bool:
     """Whether some pair of options has a run length whose stages fit memory: one greedy
     fill with no time limit (`min_max_split` with an infinite floor fills once)."""
     options = searcher._option_speeds(mbs)[1]
@@ -732,7 +727,7 @@ def test_the_profile_cap_leaves_out_only_shapes_without_a_profile() -> None:
     up to what counting allows; the cap cuts below the memory cap of the stage cover
     (which lets a stage mix devices) and is met exactly somewhere, so it is no bare count."""
     for objective in ("max_throughput", "min_cost"):
-        searcher = search_module._Search(
+        searcher = Search(
             PlanningModel(_zones(objective, text=MEMORY)), SearchOptions(approximations=PROFILES)
         )
         model = searcher.model
@@ -755,7 +750,7 @@ def test_reach_sums_add_up_each_stages_reach() -> None:
     """`_reach_sums` read as `_profile_last` reads them equal the sums of each stage's
     `memory_reach` (at the most lenient D and its in-flight count rounded down to a power
     of two), with -NO_ROOM for a stage that holds no block, for every P and split n."""
-    searcher = search_module._Search(
+    searcher = Search(
         PlanningModel(_zones("max_throughput", text=MEMORY)), SearchOptions(approximations=PROFILES)
     )
     model = searcher.model
@@ -770,7 +765,7 @@ def test_reach_sums_add_up_each_stages_reach() -> None:
                         _lenient_reach(searcher, kind, mbs, stages, i, flights)
                         for i in range(stages)
                     ]
-                    reach = [most if most >= 1 else -search_module.NO_ROOM for most in reach]
+                    reach = [most if most >= 1 else -NO_ROOM for most in reach]
                     empty += min(reach) < 0
                     for n in range(1, stages):
                         rest = stages - 1 - n
@@ -779,9 +774,7 @@ def test_reach_sums_add_up_each_stages_reach() -> None:
     assert empty
 
 
-def _lenient_reach(
-    searcher: search_module._Search, kind: int, mbs: int, stages: int, i: int, flights: int
-) -> int:
+def _lenient_reach(searcher: Search, kind: int, mbs: int, stages: int, i: int, flights: int) -> int:
     """The most blocks `kind` holds as stage i of P, where memory is most lenient for every
     D with at least `flights` microbatches per pipeline: D = B / m rounded up to a power of
     two, and min(P - i, flights) in flight, rounded down to a power of two."""
@@ -801,7 +794,7 @@ def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
     add up to the model's blocks."""
     exact_sums = 0
     for text in (MEMORY, ZONES, TWINS):
-        searcher = search_module._Search(
+        searcher = Search(
             PlanningModel(_zones("max_throughput", text=text)),
             SearchOptions(approximations=PROFILES),
         )

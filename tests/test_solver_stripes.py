@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-import hetc.solver.search as search_module
 from hetc.costmodel.planning import Assignment, PlanningModel, Shape
 from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SearchOptions, search
+from hetc.solver.search.driver import Search
 
 PROFILES = frozenset({"kind-profiles"})
 FIVE_ZONES = Path(__file__).resolve().parent.parent / "bench" / "scenarios" / "opt350m-5zones.yaml"
@@ -58,7 +58,7 @@ def _spec(text: str) -> Spec:
 
 
 def _without_stripes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(search_module._Search, "_zone_stripes", lambda self: None)
+    monkeypatch.setattr(Search, "_zone_stripes", lambda self: None)
 
 
 def _zones_of(model: PlanningModel, assignment: Assignment) -> list[set[str]]:
@@ -109,7 +109,7 @@ def test_five_zones_find_a_plan_no_worse_than_one_stage_per_zone() -> None:
 
 def test_stripe_width_is_the_largest_that_holds_every_stage() -> None:
     model = PlanningModel(_spec(THREE_ZONES))
-    searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+    searcher = Search(model, SearchOptions(approximations=PROFILES))
     rng = random.Random(7)
     for _ in range(300):
         rooms = [rng.choice((0, 4, 8, 12, 16, 24)) for _ in range(rng.randint(1, 4))]
@@ -135,7 +135,7 @@ def test_stripes_skip_regions_without_a_pool_the_search_must_use(
     scored: dict[int, int] = {}
     for forced in (0, 3):
         options = SearchOptions(approximations=PROFILES, must_use=frozenset({forced}))
-        searcher = search_module._Search(model, options)
+        searcher = Search(model, options)
         leaves: list[object] = []
         monkeypatch.setattr(searcher, "leaf", leaves.append)
         searcher._zone_stripes()
@@ -157,7 +157,7 @@ def test_a_stripes_fill_is_exact_and_its_straggler_at_least_the_mean(where: str)
         assert report.spec is not None
         spec = report.spec
     model = PlanningModel(spec)
-    searcher = search_module._Search(model, SearchOptions(approximations=PROFILES))
+    searcher = Search(model, SearchOptions(approximations=PROFILES))
     seeds = searcher._stripe_seeds()
     assert seeds, "no stripe to check"
     sample = seeds if len(seeds) <= 60 else random.Random(3).sample(seeds, 60)

@@ -15,7 +15,7 @@ from hetc.schema import EnvironmentProblem
 from hetc.schema.source import read_plain_text
 from hetc.schema.spec import Spec
 from hetc.solver.given import GivenPlanError, check_given_plan
-from hetc.solver.report import Echo, cross_check, planned_or_diagnosed
+from hetc.solver.report import Echo, cross_check, planned_or_diagnosed, stopped_text
 from hetc.units import format_duration, format_usd, plural
 
 
@@ -57,11 +57,7 @@ def run_compile_command(
         return planned
     result, _options = planned
     if not result.search.complete:
-        echo(
-            f"hetc: warning: {result.search.stop_reason}: compiling the best plan so far,"
-            " not proven best",
-            err=True,
-        )
+        echo(f"hetc: warning: {stopped_text(result.search)}; compiling it", err=True)
     compiled = compile_output(
         spec,
         result,

@@ -1,7 +1,7 @@
 """Whether a shape could run under a straggler time at all (the stage-cover check), and
 how many pipelines its stages' memory allows (the memory cap).
 
-The search's shape bound (`search._Search.shape_bounds`) prices the straggler by conserving
+The search's shape bound (`bounds.Bounds.shape_bounds`) prices the straggler by conserving
 device time: D x W / G_eff, as if work split into any fraction of a block and any TP. Real
 stages hold whole blocks on TP 1, 2, 4 or 8, each of a stage's D replicas must finish the
 stage within the straggler time S, and every stage holds at least one block. On 128 A100
@@ -31,7 +31,7 @@ allows is an upper bound on D for all of (m, P) at once (`most_pipelines`); on 3
 96 V100 with GPT-Neo-2.7B it removes 1,119 of 4,040 shapes before any is bounded. Its
 weightings (`weightings`): raw devices with one device type; with several, the fastest
 type alone (its quotas, the others free: scarce fast devices) and the pools weighted by
-their speed factors sigma (`_Search.device_work`: slow plentiful devices count for what
+their speed factors sigma (`Bounds.device_work`: slow plentiful devices count for what
 they can do), plus raw devices where max_gpus is below the quotas. Each other type alone
 never cut a shape the others kept on the bench's scenarios. Where the lightest kind of a
 weighting holds ceil(L / P) blocks at every position, the cover is that kind's weight on

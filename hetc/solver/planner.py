@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from threading import Event
 from typing import Any
 
 from hetc.costmodel.memory import FrameworkOverhead
@@ -31,6 +32,7 @@ from hetc.solver.search import (
 from hetc.units import fixed, format_usd
 
 __all__ = [
+    "INTERACTIVE_TIME_LIMIT",
     "LARGE_CLUSTER_DEVICES",
     "Explanation",
     "PlanningResult",
@@ -52,6 +54,12 @@ LARGE_CLUSTER_DEVICES = 64
 the bench scenarios the exact search does not finish in a minute there, while
 bench/approximations.py measures its gap on the random small instances of the exactness
 tests (optimal on 77 of 80 feasible ones, worst gap 17.7%, mean 0.25%)."""
+
+
+INTERACTIVE_TIME_LIMIT = 8.0
+"""Search seconds `hetc plan` and `hetc compile` allow unless told otherwise (`--exact`
+lifts it): with building and simulating the best few, an answer within 10 s on any spec;
+the answer states the gap it has proven (`certificate`)."""
 
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:
@@ -89,6 +97,7 @@ def plan_spec(
     progress: Progress | None = None,
     must_use: frozenset[int] = frozenset(),
     measured_points: bool = False,
+    stop: Event | None = None,
 ) -> PlanningResult:
     """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
     by the simulator among the search's best `max(top, RERANKED)` candidates (for `top` above
@@ -111,6 +120,7 @@ def plan_spec(
         time_limit=time_limit,
         progress=progress,
         must_use=must_use,
+        stop=stop,
     )
     result = search(model, options)
     candidates = result.candidates

@@ -28,7 +28,9 @@ from hetc.costmodel.simulate import read_profiles_for_command
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
 from hetc.solver.binding import explain_used
+from hetc.solver.certificate import Snapshot, gap_text
 from hetc.solver.diagnosis import Diagnosis, diagnose
+from hetc.solver.interrupt import interrupt_stops
 from hetc.solver.planner import (
     Explanation,
     PlanningResult,
@@ -37,7 +39,7 @@ from hetc.solver.planner import (
     plan_spec,
     simulated_objective,
 )
-from hetc.solver.search import Candidate
+from hetc.solver.search import SearchResult
 from hetc.units import fixed, format_duration, format_usd, plural
 
 __all__ = [
@@ -45,26 +47,35 @@ __all__ = [
     "cross_check",
     "plan_table",
     "planned_or_diagnosed",
+    "proven_text",
     "ranked_by",
     "relative_loss",
     "run_plan_command",
+    "stopped_text",
 ]
 
 Echo = Callable[..., None]
 
 
 class ProgressLine:
-    """A one-line progress display on stderr, shown only once a search has run for 1 s."""
+    """A one-line progress display on stderr, rewritten in place, shown only once a search
+    has run for 1 s: the best objective so far, the lower bound, their gap, the shapes left."""
 
-    def __init__(self, echo: Echo, *, after: float = 1.0) -> None:
+    def __init__(self, echo: Echo, objective: str, *, after: float = 1.0) -> None:
         self.echo, self.after, self.shown = echo, after, False
+        self.format = format_usd if objective == "min_cost" else format_duration
 
-    def __call__(self, evaluations: int, seconds: float, best: Candidate | None) -> None:
-        if seconds < self.after:
+    def __call__(self, now: Snapshot) -> None:
+        if now.seconds < self.after:
             return
-        incumbent = "none yet" if best is None else f"best {best.value:.4g}"
+        if now.incumbent is None:
+            standing = "no plan yet"
+        else:
+            standing = f"best {self.format(now.incumbent)}, gap {gap_text(now.gap)}"
         self.echo(
-            f"\rhetc: searching: {evaluations:,} candidates scored, {seconds:.1f} s, {incumbent}",
+            f"\rhetc: searching {now.seconds:.1f} s: {standing}, bound"
+            f" {self.format(now.lower_bound)}, {plural(now.shapes_left, 'shape')} left,"
+            f" {now.evaluations:,} scored ",
             err=True,
             nl=False,
         )
@@ -73,6 +84,22 @@ class ProgressLine:
     def close(self) -> None:
         if self.shown:
             self.echo("", err=True)
+
+
+def proven_text(search: SearchResult) -> str:
+    """The search's certificate in words: proven best, or the gap it has proven."""
+    if search.gap == 0:
+        return "proven best (gap 0)"
+    return (
+        f"not proven best: gap at most {gap_text(search.gap)} (the planner estimate vs the"
+        " search's lower bound)"
+    )
+
+
+def stopped_text(search: SearchResult) -> str:
+    """Why an unfinished search stopped, and what its answer is worth."""
+    why = "interrupted (Ctrl-C)" if search.interrupted else search.stop_reason
+    return f"{why}: the best plan so far, {proven_text(search)}"
 
 
 def _replica_groups(plan: Plan, stage: int) -> str:
@@ -259,21 +286,23 @@ def planned_or_diagnosed(
         commands = fix_lines(_unprofiled(spec), spec_file, ())
         echo(f"To fix: measure one: {'; '.join(commands)}")
         return 1
-    progress = ProgressLine(echo) if sys.stderr.isatty() and not as_json else None
+    progress = ProgressLine(echo, spec.objective) if sys.stderr.isatty() else None
     options: dict[str, Any] = {
         "profiles": profiles,
         "approximations": approximations,
         "measured_points": restrict,
     }
     try:
-        result = plan_spec(
-            spec,
-            top=top,
-            time_limit=time_limit,
-            eval_limit=eval_limit,
-            progress=progress,
-            **options,
-        )
+        with interrupt_stops() as stop:
+            result = plan_spec(
+                spec,
+                top=top,
+                time_limit=time_limit,
+                eval_limit=eval_limit,
+                progress=progress,
+                stop=stop,
+                **options,
+            )
     except ValueError as exc:
         echo(f"hetc: {exc}", err=True)
         return 2
@@ -387,14 +416,12 @@ def run_plan_command(
     used = ", ".join(sorted(result.approximations)) or "none"
     header = (
         f"objective {spec.objective}; searched {plural(search.evaluations, 'candidate')} in"
-        f" {search.seconds:.2f} s; approximations: {used}\n"
+        f" {search.seconds:.2f} s; approximations: {used}; {proven_text(search)}\n"
         f"plans ranked by {ranked_by(spec)} (the event simulator's, as printed; the planner"
         " estimate is what the search scored)"
     )
     if not search.complete:
-        echo(
-            f"hetc: warning: {search.stop_reason}: the best plan so far, not proven best", err=True
-        )
+        echo(f"hetc: warning: {stopped_text(search)}", err=True)
     blocks = [header]
     profiles = result.model.profiles
     styled = styled_output()
@@ -445,6 +472,9 @@ def _result_json(
         "feasible": True,
         "complete": search.complete,
         "stop_reason": search.stop_reason or None,
+        "interrupted": search.interrupted,
+        "lower_bound": search.lower_bound,
+        "gap": search.gap,
         "evaluations": search.evaluations,
         "greedy_count_leaves": search.greedy_count_leaves,
         "search_seconds": search.seconds,

@@ -1,0 +1,589 @@
+"""Lower bounds on the objective of a shape (m, P, D) and of a range of D of (m, P): the
+search visits shapes in order of them and stops at the first that exceeds the incumbent.
+
+The bound: iteration time >= F_lb + (m - 1) S_lb + Y_lb, where F_lb sums each layer's
+fastest time on any affordable kind; S_lb = max(F_lb / P, the slowest such layer, the least
+time of ceil(L / P) consecutive blocks (one stage holds that many), D x W / G_eff) with W
+the least device-seconds of the model and G_eff the devices weighted by how fast each pool
+can be relative to the best (`device_work`: device-time conservation); Y_lb the cheapest
+ring over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links
+that cross zones or regions where D replicas cannot stay inside one (`sync_bound`). With
+P > 1 every boundary sends at least the least send s between any two pools, both ways in
+the fill, and each stage's period adds its sends to its compute: F_lb gains 2 (P - 1) s,
+each floor of S_lb gains s, and from P = 3 the device-time one 2 s less what the two end
+stages' devices can absorb (`_period_terms`). Each (m, P) enters the order under a bound on
+all its D (`range_bound`). Cost >= that time x (D x P x least TP devices at the cheapest
+price), and >= each layer's least TP x time x price over the kinds, for ceil(B / (m D)) x D
+microbatches (`work_cost`), plus the device-seconds every device must idle, waiting on the
+other stages, their sends and the sync, at the cheapest price (`idle_cost`).
+
+Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further: no
+(m, P) has more pipelines than its stages' memory lets the devices hold (`reach._last_dp`);
+and on one device type, for max_throughput, a shape is searched only if P stages of at
+least one block each could all run within the largest straggler with which it could still
+win, on the devices there are (`_may_win`).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from operator import sub
+
+from hetc.costmodel.network import FLAT, effective_bandwidth
+from hetc.costmodel.planning import PlanningModel
+from hetc.solver.cover import StageCover
+from hetc.solver.search.incumbent import (
+    Incumbent,
+    SearchOptions,
+)
+
+Option = tuple[int, ...]
+"""A stage option of `kind-profiles`: replica kind indices sharing one device and TP."""
+
+
+class Bounds(Incumbent):
+    """Lower bounds on the objective of shapes and ranges of shapes."""
+
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+        self._layer_best: dict[tuple[int, int], list[float]] = {}
+        self._sigma_order: dict[int, list[int]] = {}
+        self._sync_rings: dict[int, tuple[float, float, tuple[int, int], tuple[float, float]]] = {}
+        self._ring_pairs: list[tuple[int, int, int, float]] | None = None
+        self._frontier: list[tuple[int, int, int, float]] | None = None
+        self._group_list: list[tuple[float, int, int]] | None = None
+        zones: dict[str, int] = {}
+        regions: dict[str, int] = {}
+        for slot, devices in zip(model.pools, self.capacity, strict=True):
+            zones[slot.zone.name] = zones.get(slot.zone.name, 0) + devices
+            regions[slot.zone.region] = regions.get(slot.zone.region, 0) + devices
+        self._locality_capacity = (list(zones.values()), list(regions.values()))
+        """Devices per zone and per region, for `_sync_terms`."""
+        self._work: dict[int, tuple[list[float], list[float]]] = {}
+        self._cheapest = min((slot.pool.price for slot in model.pools), default=0.0)
+        """USD per device-second of the cheapest pool: rate >= devices x this."""
+        self._min_tp = min((k.tp for k in model.kinds), default=1)
+        self._tp_degrees = sorted({k.tp for k in model.kinds})
+        self._shape_terms: dict[tuple[int, int], tuple[float, float, float, float]] = {}
+        self._periods: dict[
+            tuple[int, int, int], tuple[float, float, tuple[tuple[float, float], ...], float]
+        ] = {}
+        self._least_sends: dict[int, float] = {}
+        self._work_costs: dict[int, float] = {}
+        self._time_prefixes: dict[tuple[int, int], list[float]] = {}
+        self._windows: dict[tuple[int, int], list[float]] = {}
+        self._class_windows: dict[tuple[str, int, int], list[float]] = {}
+        self._least_windows: dict[tuple[int, int, int], float] = {}
+        self._flat_links: bool | None = None
+        self._cover = StageCover(
+            model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
+        )
+
+    def layer_best(self, mbs: int, max_tp: int) -> list[float]:
+        """Prefix sums over the layer sequence of each layer's fastest time on any kind of TP
+        at most `max_tp` (the largest a shape can afford in even one stage)."""
+        key = (mbs, self._tp_cap(max_tp))
+        if key not in self._layer_best:
+            model = self.model
+            kinds = [k for k in model.kinds if k.tp <= key[1]] or list(model.kinds)
+            rows = {model.layer_compute(k.device, k.tp, mbs) for k in kinds}
+            prefix = [0.0]
+            for least in map(min, *rows) if len(rows) > 1 else next(iter(rows)):
+                prefix.append(prefix[-1] + least)
+            self._layer_best[key] = prefix
+        return self._layer_best[key]
+
+    def _tp_cap(self, max_tp: int) -> int:
+        """The largest TP degree of any kind at most `max_tp`, 0 if none: the bounds depend on
+        a TP cap only through it."""
+        degrees = self._tp_degrees
+        at = bisect_right(degrees, max_tp)
+        return degrees[at - 1] if at else 0
+
+    def device_work(self, mbs: int) -> tuple[list[float], list[float]]:
+        """Prefix sums of each layer's least device-seconds (TP x time) on any kind, and each
+        pool's speed factor sigma_p = max over layers of (least device-seconds) / (the pool's
+        device-seconds), so that the pool's device-seconds >= least / sigma_p on every layer.
+
+        Device-time conservation: a replica of TP tau on pool p running layers R for at most
+        the straggler period S does tau x S >= its device-seconds >= W(R) / sigma_p, so summing
+        over all D replicas of every stage, S x sum_p sigma_p x devices_p >= D x W(model):
+        S >= D x W / G_eff with G_eff the sigma-weighted devices, best pools first. Slow
+        devices count for what they can do."""
+        if mbs not in self._work:
+            model = self.model
+            n = model.blocks + 2
+            per_pool = []
+            for slot in model.pools:
+                rows = [
+                    [k.tp * t for t in model.layer_compute(k.device, k.tp, mbs)]
+                    for k in model.kinds
+                    if k.pool == slot.index
+                ]
+                per_pool.append(
+                    [min(col) for col in zip(*rows, strict=True)] if rows else [math.inf] * n
+                )
+            least = [min(pool[i] for pool in per_pool) for i in range(n)]
+            prefix = [0.0]
+            for value in least:
+                prefix.append(prefix[-1] + value)
+            sigma = [
+                max((least[i] / pool[i] if pool[i] > 0 else 1.0) for i in range(n))
+                for pool in per_pool
+            ]
+            self._work[mbs] = (prefix, sigma)
+        return self._work[mbs]
+
+    def effective_devices(self, mbs: int, used: Sequence[int], extra: int = 0) -> float:
+        """G_eff still free: sigma-weighted devices beyond `used` per pool (and `extra`
+        devices placed somewhere, taken from the fastest pools to stay a bound), fastest pools
+        first, at most max_gpus devices in all."""
+        _, sigma = self.device_work(mbs)
+        order = self._sigma_order.get(mbs)
+        if order is None:
+            order = sorted(range(len(sigma)), key=lambda i: -sigma[i])
+            self._sigma_order[mbs] = order
+        left = self.total_devices - sum(used) - extra
+        skip = extra
+        total = 0.0
+        for i in order:
+            free = self.capacity[i] - used[i]
+            if skip:
+                taken = min(free, skip)
+                skip -= taken
+                free -= taken
+            take = free if free < left else left
+            if take > 0:
+                total += sigma[i] * take
+                left -= take
+            if left <= 0:
+                break
+        return total
+
+    def affordable_tp(self, stages: int, dp: int) -> int:
+        """The largest TP one stage can use when every other stage takes the fewest devices."""
+        return (self.total_devices - (stages - 1) * dp * self._min_tp) // dp
+
+    def sync_bound(self, stages: int, dp: int, whole_ring: bool = True) -> float:
+        """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P (the ring
+        time is affine in bytes with a non-negative intercept, and the largest stage holds at
+        least 1/P of the gradients), and >= 2 (D - 1) link latencies, which a ring pays
+        whatever its bytes. Where the rings must cross zones (or regions), only links that
+        cross count: a stage of D replicas needs at least D x (least TP) devices, so when no
+        zone has that many every stage's ring crosses zones, and when the zones cannot hold
+        P such stages whole at least one does (`_sync_terms`). Without `whole_ring`, the
+        latency terms alone (`_range_sync`)."""
+        if dp < 2:
+            return 0.0
+        terms = self._sync_rings.get(dp)
+        if terms is None:
+            terms = self._sync_rings[dp] = self._sync_terms(dp)
+        whole, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
+        some = (
+            region_latency
+            if whole_regions < stages
+            else zone_latency
+            if whole_zones < stages
+            else 0.0
+        )
+        # two arguments at a time, which a compiled build inlines (setup.py)
+        return max(max(whole / stages if whole_ring else 0.0, latency), some)
+
+    def _range_sync(self, stages: int, dp: int) -> float:
+        """A lower bound on `sync_bound(stages, D)` at every D >= `dp`. Its terms never fall
+        as D grows: 2 (D - 1) link latencies, and the zones and regions hold fewer stages
+        of D replicas; on flat-curve links a ring of D ranks takes 2 (D - 1) (latency +
+        bytes / (D x rate)), which grows with D, so there the whole-model ring counts too,
+        but not on a measured message-size curve, where smaller messages may go faster."""
+        if dp < 2:
+            return 0.0
+        if self._flat_links is None:
+            model = self.model
+            self._flat_links = all(
+                model.measured_link(
+                    model.kinds[a].pool,
+                    model.kinds[b].pool,
+                    max(model.kinds[a].tp, model.kinds[b].tp),
+                )[1]
+                is FLAT
+                for a, b, _, _ in self._distinct_rings()
+            )
+        return self.sync_bound(stages, dp, whole_ring=self._flat_links)
+
+    def _sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
+        """For `sync_bound` at D: the least whole-model ring and ring latency over the links
+        every stage's ring must cross; how many stages of D x (least TP) devices the zones,
+        and the regions, hold whole; the least ring latency across zones and across
+        regions."""
+        whole = (0, self.model.blocks, True, True)
+        least = [(math.inf, math.inf)] * 3
+        for a, b, level, latency in self._ring_frontier():
+            ring = self.model.ring(a, b, whole, dp)
+            for at in range(level + 1):
+                w, lat = least[at]
+                least[at] = (min(w, ring), min(lat, 2 * (dp - 1) * latency))
+        need = dp * self._min_tp
+        zones, regions = self._locality_capacity
+        every = 2 if need > max(regions) else 1 if need > max(zones) else 0
+        held = (sum(u // need for u in zones), sum(u // need for u in regions))
+        return (*least[every], held, (least[1][1], least[2][1]))
+
+    def _distinct_rings(self) -> list[tuple[int, int, int, float]]:
+        """One kind pair per distinct ring, with the locality level its link crosses (0 in
+        a zone, 1 between zones of a region, 2 between regions) and the link's latency: a
+        ring depends on the two kinds only through their link (with its curve and NIC), the
+        flows on it (the larger TP) and the bytes per rank (the smaller TP); a ring between
+        two kinds is the same either way round. Only the kinds of zones that differ are
+        paired (`PoolClasses.keep`): the others add no ring of their own."""
+        if self._ring_pairs is None:
+            model = self.model
+            seen: dict[tuple[object, ...], tuple[int, int, int, float]] = {}
+            (kept,) = model.classes.keep(tuple(k.index for k in model.kinds))
+            for x, a in enumerate(kept):
+                ka = model.kinds[a]
+                za = model.pools[ka.pool].zone
+                for b in kept[x:]:
+                    kb = model.kinds[b]
+                    zb = model.pools[kb.pool].zone
+                    level = 0 if za.name == zb.name else 1 if za.region == zb.region else 2
+                    flows = max(ka.tp, kb.tp)
+                    link = model.measured_link(ka.pool, kb.pool, flows)
+                    seen.setdefault(
+                        (link, flows, min(ka.tp, kb.tp), level), (a, b, level, link[0].latency)
+                    )
+            self._ring_pairs = list(seen.values())
+        return self._ring_pairs
+
+    def _ring_frontier(self) -> list[tuple[int, int, int, float]]:
+        """`_distinct_rings` less those another one at the same or a farther locality level
+        beats at every D: on flat-curve links a ring over D ranks takes 2 (D - 1) (latency
+        + bytes / (D x rate)), so a link with no more latency and no more bytes per rate is
+        never slower, and `_sync_terms` takes it for every level it takes the other one
+        (each least is over the links crossing at least that level)."""
+        if self._frontier is None:
+            model = self.model
+            whole = (0, model.blocks, True, True)
+            terms: list[tuple[float, float] | None] = []
+            rings = self._distinct_rings()
+            for a, b, _, _ in rings:
+                ka, kb = model.kinds[a], model.kinds[b]
+                flows = max(ka.tp, kb.tp)
+                link, curve, nic = model.measured_link(ka.pool, kb.pool, flows)
+                if curve is not FLAT:
+                    terms.append(None)
+                    continue
+                rate = effective_bandwidth(link, 1.0, flows_on_nic=flows, nic_bandwidth=nic)
+                terms.append((link.latency, model.gradient_bytes(whole, min(ka.tp, kb.tp)) / rate))
+            kept = []
+            for i, (_, _, level, _) in enumerate(rings):
+                mine = terms[i]
+                beaten = mine is not None and any(
+                    other is not None
+                    and rings[j][2] >= level
+                    and other[0] <= mine[0]
+                    and other[1] <= mine[1]
+                    and (other != mine or rings[j][2] > level or j < i)
+                    for j, other in enumerate(terms)
+                    if j != i
+                )
+                if not beaten:
+                    kept.append(rings[i])
+            self._frontier = kept
+        return self._frontier
+
+    def shape_bounds(self, mbs: int, stages: int, last: int, first: int = 1) -> list[float]:
+        """Lower bounds on the objective of every candidate of shape (m, P, D) for
+        D = first..last (the module docstring), sharing what does not depend on D.
+        For cost, the larger of that time on the fewest devices and `work_cost` (for
+        ceil(T / D) x D microbatch slots: iteration >= F + m1 S + Y >= m t_i + (F - t_i) + Y
+        on every replica) + `idle_cost` (its F - t_i + Y). A shape whose bounds already
+        break the budget or the throughput floor gets an infinite one."""
+        model = self.model
+        total = model.batch // mbs
+        throughput = self.objective == "max_throughput"
+        unit = stages * self._min_tp * self._cheapest
+        floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
+        bounds = []
+        incumbent = self.bound()
+        devices, reserved = self.total_devices, (stages - 1) * self._min_tp
+        # the terms depend on D only through the largest affordable TP degree (`affordable_tp`),
+        # which never grows with D: recomputed only when it falls below the current one
+        cap = -1
+        fill = static = send = 0.0
+        lines: tuple[tuple[float, float], ...] = ()
+        for dp in range(first, last + 1):
+            max_tp = (devices - reserved * dp) // dp
+            if max_tp < cap or cap < 0:
+                cap = self._tp_cap(max_tp)
+                fill, static, lines, send = self._period_terms(mbs, stages, max_tp)
+            straggler = static
+            for slope, at_zero in lines:
+                if slope * dp + at_zero > straggler:
+                    straggler = slope * dp + at_zero
+            slots = -(-total // dp)
+            t = fill + (slots - 1) * straggler
+            # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
+            # wait at least the least send in each of the other slots, and on the others'
+            # sends in the fill: sum_i (F - t_i) = (P - 1) F + 2 sum_i s_i
+            paid = floor * (slots * dp / total) if floor else 0.0
+            waits = (slots - 1 + 2 * (stages - 1) / stages) * send
+            # already beaten without the sync: a weaker bound will do, and saves the rings
+            early = (
+                t
+                if throughput
+                else max(t * dp * unit, paid + self.idle_cost(stages, dp, fill, waits))
+            )
+            if early > incumbent:
+                bounds.append(early)
+                continue
+            sync = self.sync_bound(stages, dp)
+            t += sync
+            idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
+            cost = max(t * dp * unit, paid + idle)
+            if self.violates(t, cost / t if t > 0 else 0.0):
+                bounds.append(math.inf)
+            else:
+                bounds.append(t if throughput else cost)
+        return bounds
+
+    def idle_cost(self, stages: int, dp: int, fill: float, sync: float) -> float:
+        """USD the rented devices cost while computing nothing, which `work_cost` leaves out:
+        a device of stage i computes at most (m1 + 1) t_i of the iteration's F + m1 S + Y
+        (S >= t_i), so it idles for at least the other stages' times and the sync. Over at
+        least D x (least TP) devices per stage, that is D x (least TP) x ((P - 1) F + P Y)
+        device-seconds, with F and Y at their lower bounds, at the cheapest price."""
+        return self._cheapest * dp * self._min_tp * ((stages - 1) * fill + stages * sync)
+
+    def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
+        """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
+        one of P stages holds ceil(L / P) blocks, and its slowest kind takes at least this."""
+        tp = self._tp_cap(max_tp)
+        key = (mbs, tp, blocks)
+        window = self._least_windows.get(key)
+        if window is None:
+            kinds = [k for k in self.model.kinds if k.tp <= tp] or list(self.model.kinds)
+            window = min(self._window((k.index,), mbs, blocks) for k in kinds)
+            self._least_windows[key] = window
+        return window
+
+    def _period_terms(
+        self, mbs: int, stages: int, max_tp: int
+    ) -> tuple[float, float, tuple[tuple[float, float], ...], float]:
+        """(F_lb, the straggler floor that does not depend on D, lines (a, b) with S >= a D +
+        b, the least send s) of P stages with TP at most `max_tp`, for `shape_bounds` and
+        `range_bound`. With P > 1 every stage sends to a neighbour and each of the P - 1
+        boundaries is crossed both ways in the fill, so F >= F_lb + 2 (P - 1) s and S >= t_i
+        + s on every stage: S >= F / P, the worst layer + s, the ceil(L / P)-block window +
+        s. Device-time conservation over t_i <= S - sends_i: with g_i the sigma-weighted
+        devices of stage i (`device_work`), S x sum g_i >= D x W + sum g_i x sends_i, and
+        sum g_i <= G_eff, so S >= D x W / G_eff + s. From P = 3 on, the inner stages send
+        both ways and each end stage holds at most D x TP_max sigma-weighted devices (sigma
+        <= 1, TP_max the largest TP of any kind: one replica may take more than the
+        affordable TP where a stage mixes TP degrees), so sum g_i x sends_i >= s (2 sum g_i
+        - 2 D TP_max), and where W > 2 s TP_max also S >= D (W - 2 s TP_max) / G_eff + 2 s
+        (falling in sum g_i, so least at G_eff)."""
+        tp = self._tp_cap(max_tp)
+        terms = self._periods.get((mbs, stages, tp))
+        if terms is None:
+            fill, worst_layer, work, free = self._terms(mbs, max_tp)
+            send = self._least_send(mbs) if stages > 1 else 0.0
+            fill += 2 * (stages - 1) * send
+            blocks = -(-self.model.blocks // stages)
+            window = self._least_window(mbs, max_tp, blocks)
+            static = max(fill / stages, worst_layer + send, window + send)
+            lines: tuple[tuple[float, float], ...] = ()
+            if free > 0:
+                lines = ((work / free, send),)
+                inner = work - 2 * send * self._tp_degrees[-1]
+                if stages > 2 and inner > 0:
+                    lines += ((inner / free, 2 * send),)
+            terms = (fill, static, lines, send)
+            self._periods[mbs, stages, tp] = terms
+        return terms
+
+    def _least_send(self, mbs: int) -> float:
+        """The least time a microbatch's activations take between any two pools (one pool
+        with itself included): every boundary's s_i is at least this."""
+        send = self._least_sends.get(mbs)
+        if send is None:
+            (kept,) = self.model.classes.keep(tuple(k.index for k in self.model.kinds))
+            pools = sorted({self.model.kinds[k].pool for k in kept})
+            send = min((self.model.send(a, b, mbs) for a in pools for b in pools), default=0.0)
+            self._least_sends[mbs] = send
+        return send
+
+    def _terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
+        """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
+        for `shape_bounds`, cached: the first two depend on the TP cap only through the
+        largest TP degree under it."""
+        tp = self._tp_cap(max_tp)
+        terms = self._shape_terms.get((mbs, tp))
+        if terms is None:
+            prefix = self.layer_best(mbs, max_tp)
+            terms = (
+                prefix[-1],
+                max(map(sub, prefix[1:], prefix[:-1])),
+                self.device_work(mbs)[0][-1],
+                self.effective_devices(mbs, [0] * len(self.capacity)),
+            )
+            self._shape_terms[mbs, tp] = terms
+        return terms
+
+    def work_cost(self, mbs: int) -> float:
+        """Cost >= what the computing itself costs, whatever the layout: a device runs one
+        thing at a time and is paid for at least while it does, so each layer of each of
+        the B / m microbatches costs at least the least TP x time x price over the kinds that
+        could run it. Layer by layer, not the model at one rate: a slow device that is
+        cheap on the token table (V100 beside A100) must not price the blocks."""
+        cost = self._work_costs.get(mbs)
+        if cost is None:
+            model = self.model
+            rows = [
+                [
+                    k.tp * t * model.pools[k.pool].pool.price
+                    for t in model.layer_compute(k.device, k.tp, mbs)
+                ]
+                for k in model.kinds
+            ]
+            per_layer = [min(col) for col in zip(*rows, strict=True)]
+            cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer, 0.0)
+        return cost
+
+    def objective_bound(self, t: float, rate: float) -> float:
+        if self.objective == "max_throughput":
+            return t
+        return t * rate
+
+    def violates(self, t: float, rate: float, egress: float = 0.0) -> bool:
+        """A lower bound already breaks the budget or the throughput floor."""
+        if self.time_cap is not None and t > self.time_cap:
+            return True
+        return self.budget is not None and t * rate + egress > self.budget
+
+    def _may_win(self, mbs: int, stages: int, dp: int) -> bool:
+        """The stage-cover check (`cover.StageCover`) at the largest straggler with which
+        the shape could still beat the incumbent (or meet the throughput floor): F_lb +
+        (m - 1) S + Y_lb within it, with the shape bound's F_lb and Y_lb. For max_throughput
+        on one device type only, where it pays: under min_cost the floor's straggler rarely
+        binds (13 of 252 shapes dropped on the bench's min-cost scenario, for 10% of its
+        time), and with several device types no single weighting sees their quotas at once,
+        so it drops few shapes that the profile pairs would not drop as cheaply (measured on
+        the bench's 32 A100 + 96 V100: 0.129-0.145 s without it, 0.146-0.171 s with it). On
+        128 A100 alone it leaves 60 of 361 shapes to search."""
+        m1 = -(-(self.model.batch // mbs) // dp) - 1
+        if m1 < 1 or self.objective != "max_throughput" or not self._cover.one_device:
+            return True
+        limit = self.bound()
+        if self.time_cap is not None and self.time_cap < limit:
+            limit = self.time_cap
+        if limit == math.inf:
+            return True
+        fill, _, _, send = self._period_terms(mbs, stages, self.affordable_tp(stages, dp))
+        ceiling = (limit - fill - self.sync_bound(stages, dp)) / m1 - send
+        return self._cover.may_run_under(mbs, stages, dp, ceiling)
+
+    def _groups(self) -> list[tuple[float, int, int]]:
+        """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
+        lower bound on `shape_bounds` over every D (`range_bound`); groups that break the
+        time cap or the budget at every D are left out. Cached: the zone stripes order
+        their seeds by the same bounds."""
+        if self._group_list is None:
+            model = self.model
+            groups = []
+            for mbs in model.microbatch_sizes():
+                for stages in range(1, model.blocks + 1):
+                    bound = self.range_bound(mbs, stages, 1, self._dp_cap(mbs, stages))
+                    if bound < math.inf:
+                        groups.append((bound, mbs, stages))
+            self._group_list = groups
+        return self._group_list
+
+    def _dp_cap(self, mbs: int, stages: int) -> int:
+        """The most pipelines (m, P) may have by counting alone: B / m, and P x D x (least
+        TP) devices. The range bounds use it: `_last_dp` costs memory lookups, and only the
+        ranges the search lists need them."""
+        return min(self.model.batch // mbs, self.total_devices // (stages * self._min_tp))
+
+    def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:
+        """A lower bound on `shape_bounds(mbs, stages, last, first)` at every D, in O(1):
+        the terms at D = first (the largest affordable TP, so the least fill and straggler
+        floor), the sync of every D from first on (`_range_sync`), and (ceil(T / D) - 1)
+        max(s, c D) at least both (T / D - 1) max(s, c D), which falls as D grows
+        (s (T / D - 1) below the knee, c (T - D) above it), taken at D = last, and
+        (ceil(T / last) - 1) max(s, c first). For cost, t D >= F D + (T - D) s is linear in
+        D, so its least is at D = first or D = last; the work and idle costs are least at
+        D = first. Infinite when every D breaks the time cap or the budget (or there is no
+        D)."""
+        if last < first:
+            return math.inf
+        total = self.model.batch // mbs
+        fill, static, lines, send = self._period_terms(
+            mbs, stages, self.affordable_tp(stages, first)
+        )
+        t = (
+            fill
+            + max(
+                max(0.0, total / last - 1)
+                * max(static, *(slope * last + at_zero for slope, at_zero in lines)),
+                (-(-total // last) - 1)
+                * max(static, *(slope * first + at_zero for slope, at_zero in lines)),
+            )
+            + self._range_sync(stages, first)
+        )
+        if self.time_cap is not None and t > self.time_cap:
+            return math.inf
+        if self.objective == "max_throughput" and self.budget is None:
+            return t
+        unit = stages * self._min_tp * self._cheapest
+        device_time = min(
+            first * fill + (total - first) * static, last * fill + (total - last) * static
+        )
+        # D x (ceil(T / D) - 1) >= T - D slots of waiting at least the least send
+        waits = self._cheapest * self._min_tp * stages * send * max(0, total - last)
+        paid = self.work_cost(mbs) + self.idle_cost(stages, first, fill, 0.0) + waits
+        cost = max(device_time * unit, paid)
+        if self.budget is not None and cost > self.budget:
+            return math.inf
+        return t if self.objective == "max_throughput" else cost
+
+    def _window(self, option: Option, mbs: int, blocks: int) -> float:
+        """The least time of `blocks` consecutive blocks on the option: of P stages one holds
+        at least ceil(L / P) blocks, so the straggler is at least this on its option."""
+        kind = option[0]
+        windows = self._windows_of(kind, mbs)
+        window = windows[blocks]
+        if window < 0.0:
+            prefix = self._time_prefix(kind, mbs)
+            last = self.model.blocks + 1
+            window = min(map(sub, prefix[1 + blocks : last + 1], prefix[1 : last - blocks + 1]))
+            windows[blocks] = window
+        return window
+
+    def _windows_of(self, kind: int, mbs: int) -> list[float]:
+        """The `_window`s of the kind by number of blocks, -1 until asked for, one list per
+        device, TP and microbatch size, on which a kind's times alone depend: the bounds
+        ask for windows of a few block counts on every host, tens of thousands of times on
+        the bench's five zones."""
+        key = (kind, mbs)
+        windows = self._windows.get(key)
+        if windows is None:
+            k = self.model.kinds[kind]
+            same = (k.device, k.tp, mbs)
+            windows = self._class_windows.get(same)
+            if windows is None:
+                windows = self._class_windows[same] = [-1.0] * (self.model.blocks + 1)
+            self._windows[key] = windows
+        return windows
+
+    def _time_prefix(self, kind: int, mbs: int) -> list[float]:
+        """Forward + backward prefix sums of `kind` at `mbs`, for bisecting stage ends."""
+        key = (kind, mbs)
+        prefix = self._time_prefixes.get(key)
+        if prefix is None:
+            k = self.model.kinds[kind]
+            t = self.model.tables(k.device, k.tp, mbs)
+            prefix = [f + b for f, b in zip(t.forward, t.backward, strict=True)]
+            self._time_prefixes[key] = prefix
+        return prefix

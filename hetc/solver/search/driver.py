@@ -1,0 +1,324 @@
+"""The planner's search: the best candidate (shape + replica counts) under the spec's
+objective and constraints, by branch and bound over the planning model. This module is its
+driver, the order in which shapes are searched; `Search` assembles the concepts, one
+module each, into one class (each module's class extends the one below it, so each reads
+only what lies under it):
+
+- `incumbent`: the candidates found so far, the best K of distinct signature, the limits;
+- `bounds`: lower bounds on the objective of a shape and of a range of shapes;
+- `counts`: the replica-count programme at a leaf;
+- `exact`: the exact branch and bound over stages, with its dominance rule;
+- `options`, `zones`, `pairs`, `splits`, `reach`, `profiles`: the `kind-profiles`
+  approximation (its stage options, zone swaps and rings, pair tables, per-profile bounds
+  and splits, memory reach, and the enumerator);
+- `stripes`: the zone stripes that seed `kind-profiles`;
+- `driver` (here): the best-first order over shapes.
+
+What is searched, for every microbatch size m (divisors of the global batch up to 16),
+pipeline degree P, data-parallel degree D and split of the blocks into P contiguous stages:
+for each stage, the set of replica kinds (pool x TP) it uses and how many of its D replicas
+each kind runs. `planning.PlanningModel.estimate` defines the score.
+
+Why it is exact (with every approximation off), step by step:
+
+1. Shapes (m, P, D) are visited in order of a lower bound on the objective, and the search
+   stops at the first shape whose bound exceeds the incumbent (the bound: `bounds`). Each
+   (m, P) enters the order under a bound on all its D (`range_bound`), is split into ranges
+   of D under their own bounds when reached, and its shapes are listed only when their
+   range is reached, so the order is unchanged.
+2. Within a shape, stages are chosen first to last, and prefixes are pruned and dominated
+   (`exact`: bounds on prefixes,
+   dominance, and the model's own limits, none of them an approximation).
+3. At a leaf, an exact dynamic programme finds the counts (`counts`).
+4. Before all this, a `kind-profiles` pass seeds the incumbent (a real candidate, so the
+   bound only tightens).
+
+Declared approximations (`APPROXIMATIONS`, each a flag; `planner.default_approximations`
+turns `kind-profiles` on for large clusters): `kind-profiles` (the fast enumerator of
+`profiles`: one kind or one H6 region-wide set per stage, at most two per pipeline, min-max
+splits), `dp-order` (Sailor's H3/H4: D from large to small for throughput, small to large
+for cost, stopping when the objective stops improving), `one-region-stage` (H5: a stage's
+replicas in one region). bench/approximations.py measures what each costs in plan quality.
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from hetc.costmodel.planning import PlanningModel
+from hetc.solver.certificate import relative_gap, some_pool_is_free
+from hetc.solver.search.exact import _Partial
+from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
+from hetc.solver.search.stripes import Stripes
+
+APPROXIMATIONS = {
+    "dp-order": "H3/H4: D in one direction, stopping once the objective stops improving",
+    "one-region-stage": "H5: each stage's replicas within one region",
+    "kind-profiles": (
+        "every stage runs one pool, or all pools of one device in one region (H6), at one TP;"
+        " at most two such options per pipeline, slower first; each such profile gets the"
+        " split that minimises its straggler; plus zone stripes (one zone per stage) where a"
+        " region holds one device in three zones or more"
+    ),
+}
+
+
+SHALLOW_SHAPES = 24
+"""Shapes of one or two stages searched before the others (see `Search._best_first`)."""
+
+
+RANGE_SPAN = 8
+"""A range of D of (m, P) of at most this many D is listed shape by shape when reached, a
+wider one split in two under their own bounds (`Search._pop_shape`)."""
+
+
+class Search(Stripes):
+    """The whole search: the best-first order over shapes, over every concept below."""
+
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+
+    def run(self) -> SearchResult:
+        stop = ""
+        interrupted = False
+        self._root = min((group[0] for group in self._groups()), default=math.inf)
+        try:
+            if "kind-profiles" in self.approx:
+                self._zone_stripes()
+            else:
+                self._warm_start()
+            if "dp-order" in self.approx:
+                self._dp_ordered(sorted(s for g in self._groups() for s in self._listed(*g[1:])))
+            else:
+                self._best_first()
+        except _Stop as why:
+            stop = str(why)
+            interrupted = why.interrupted
+        candidates = self.alternatives()
+        bound = self.lower_bound() if stop or self.approx else self.incumbent()
+        return SearchResult(
+            candidates=candidates,
+            evaluations=self.evaluations,
+            complete=not stop,
+            seconds=time.perf_counter() - self.started,
+            lower_bound=bound,
+            gap=relative_gap(candidates[0].value if candidates else None, bound),
+            interrupted=interrupted,
+            stop_reason=stop,
+            greedy_count_leaves=self.greedy_counts,
+        )
+
+    def _best_first(self) -> None:
+        """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
+        that cannot beat the incumbent. Each (m, P) enters as one entry, the range of every
+        D, under its group bound (`_groups`), and is split into ranges or listed shape by
+        shape only when popped (`_pop_shape`): a range's bound is at most each of its
+        shapes' bounds and pops first on a tie, so the order is that of the full sorted
+        list, but ranges the incumbent beats are never listed. Under
+        `kind-profiles` for max_throughput, a shape popped the first time goes back with
+        the ring its profiles must pay across zones added (`_ring_excess`), if any.
+
+        Shapes of one and two stages come first, the `SHALLOW_SHAPES` of least bound, in
+        the same way from a queue of their own: deep pipelines have the loosest bounds, so
+        an incumbent from a shallow one prunes most of them. The other shallow entries then
+        join the deep ones. A shape is searched once: searching it again later, against a
+        better incumbent, could only prune more."""
+        zoned = (
+            "kind-profiles" in self.approx
+            and self.objective == "max_throughput"
+            and bool(self._zone_split()[2])
+        )
+        shallow: list[tuple[float, int, int, int, int, int]] = []
+        deep: list[tuple[float, int, int, int, int, int]] = []
+        for bound, mbs, stages in self._groups():
+            entry = (bound, 0, mbs, stages, 1, self._dp_cap(mbs, stages))
+            (shallow if stages <= 2 else deep).append(entry)
+        heapq.heapify(shallow)
+        self._queues = [shallow, deep]
+        searched = 0
+        while searched < SHALLOW_SHAPES and shallow and shallow[0][0] <= self.bound():
+            popped = self._pop_shape(shallow, zoned)
+            if popped is not None:
+                searched += 1
+                self._check_limits()
+                self.shape(*popped)
+                self._searching = math.inf
+        queue = shallow + deep
+        heapq.heapify(queue)
+        self._queues = [queue]
+        while queue and queue[0][0] <= self.bound():
+            popped = self._pop_shape(queue, zoned)
+            if popped is not None:
+                self._check_limits()
+                self.shape(*popped)
+                self._searching = math.inf
+
+    def _pop_shape(
+        self, queue: list[tuple[float, int, int, int, int, int]], zoned: bool
+    ) -> tuple[int, int, int] | None:
+        """Pop `queue`'s least entry: a shape (m, P, D) to search, or None where it was a
+        range of D of (m, P), now split or listed in its place, or a shape put back under
+        its ring across zones (`_best_first`). A range of more than `RANGE_SPAN` D is split in
+        two under their own bounds (`range_bound`) while that leaves a half out or nothing
+        is known yet: where both halves stay under the incumbent, splitting further would
+        mostly cost bounds, so its shapes are listed then, up to their memory cap
+        (`_last_dp`, taken only there). Entries the incumbent already beats are not pushed:
+        it only improves, so they would never be popped."""
+        lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
+        incumbent = self.bound()
+        if entry == 0:
+            if last - dp + 1 > RANGE_SPAN:
+                middle = (dp + last) // 2
+                halves = [
+                    (max(lb, self.range_bound(mbs, stages, first, end)), first, end)
+                    for first, end in ((dp, middle), (middle + 1, last))
+                ]
+                if incumbent == math.inf or halves[0][0] > incumbent or halves[1][0] > incumbent:
+                    for bound, first, end in halves:
+                        if bound <= incumbent:
+                            heapq.heappush(queue, (bound, 0, mbs, stages, first, end))
+                    return None
+            for bound, _, _, shape_dp in self._listed(
+                mbs, stages, dp, min(last, self._last_dp(mbs, stages))
+            ):
+                if bound <= incumbent:
+                    heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
+            return None
+        if zoned and entry == 1:
+            excess = self._ring_excess(stages, dp)
+            if excess > 0:
+                if lb + excess <= incumbent:
+                    heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp, dp))
+                return None
+        self._searching = lb
+        return mbs, stages, dp
+
+    def _listed(
+        self, mbs: int, stages: int, first: int = 1, last: int | None = None
+    ) -> list[tuple[float, int, int, int]]:
+        """(bound, m, P, D) for the shapes of (m, P) with a finite bound, D = first..last
+        (every D its memory allows, by default)."""
+        if last is None:
+            last = self._last_dp(mbs, stages)
+        bounds = self.shape_bounds(mbs, stages, last, first)
+        return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=first) if lb < math.inf]
+
+    def _warm_start(self) -> None:
+        """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
+        real one, so the exact search only gets a tighter bound from the start."""
+        seed = Search(
+            self.model,
+            SearchOptions(
+                top=self.options.top,
+                approximations=self.approx | {"kind-profiles"},
+                eval_limit=self.options.eval_limit,
+                time_limit=self.options.time_limit,
+                progress=self.options.progress,
+                progress_every=self.options.progress_every,
+                must_use=self.options.must_use,
+                stop=self.options.stop,
+                free_only=self.free,
+            ),
+        )
+        seed.started = self.started
+        seed.last_report = self.last_report
+        result = seed.run()
+        self.evaluations += result.evaluations
+        self.greedy_counts += result.greedy_count_leaves
+        for candidate in result.candidates:
+            self.offer(candidate)
+        if not result.complete:
+            raise _Stop(result.stop_reason, interrupted=result.interrupted)
+
+    def _dp_ordered(self, shapes: list[tuple[float, int, int, int]]) -> None:
+        """H3/H4: per (m, P), D descending (throughput) or ascending (cost) until no gain."""
+        groups: dict[tuple[int, int], list[tuple[float, int]]] = {}
+        for lb, mbs, stages, dp in shapes:
+            groups.setdefault((mbs, stages), []).append((lb, dp))
+        order = sorted(groups, key=lambda g: min(lb for lb, _ in groups[g]))
+        descending = self.objective == "max_throughput"
+        for mbs, stages in order:
+            entries = sorted(groups[mbs, stages], key=lambda e: e[1], reverse=descending)
+            previous = float("inf")
+            for lb, dp in entries:
+                if lb > self.bound():
+                    continue
+                found = self.shape(mbs, stages, dp)
+                if found is None:
+                    continue
+                if found >= previous:
+                    break
+                previous = found
+
+    def shape(self, mbs: int, stages: int, dp: int) -> float | None:
+        """Search one (m, P, D); returns the best objective found in it, or None."""
+        self._shape_best = None
+        if "kind-profiles" in self.approx:
+            self.profiles(mbs, stages, dp)
+            return self._found()
+        if not self._may_win(mbs, stages, dp):
+            return None
+        self._memo = {}
+        state = _Partial(
+            stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
+        )
+        self.stage(state, 0, 0)
+        return self._found()
+
+
+def search(model: PlanningModel, options: SearchOptions | None = None) -> SearchResult:
+    """The best `options.top` candidates of distinct signature (see the module docstring).
+
+    For min_cost where some pool is free, first the free plans, fastest first
+    (`SearchOptions.free_only`): any of them is a least-cost plan, and of those the
+    tie-break (`Candidate.key`) wants the fastest, which the time bounds find where cost
+    bounds of 0 prune nothing; only where there is none (and the search was not
+    interrupted), the priced plans, with what is left of the time limit
+    (`certificate.some_pool_is_free`).
+
+    The cyclic garbage collector is paused while it runs (`_collector_paused`)."""
+    options = options or SearchOptions()
+    if options.free_only or not some_pool_is_free(model):
+        with _collector_paused():
+            return Search(model, options).run()
+    with _collector_paused():
+        free = Search(model, replace(options, free_only=True)).run()
+    if free.candidates:
+        candidates = tuple(replace(c, objective="min_cost") for c in free.candidates)
+        return replace(free, candidates=candidates, lower_bound=0.0, gap=0.0)
+    if free.interrupted:
+        return free
+    rest = options.time_limit
+    if rest is not None:
+        rest = max(0.0, rest - free.seconds)
+    with _collector_paused():
+        priced = Search(model, replace(options, time_limit=rest)).run()
+    return replace(
+        priced,
+        evaluations=free.evaluations + priced.evaluations,
+        seconds=free.seconds + priced.seconds,
+        greedy_count_leaves=free.greedy_count_leaves + priced.greedy_count_leaves,
+    )
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector, restoring its state after. The search
+    allocates millions of short-lived tuples, all freed by reference counting; every 700
+    allocations the collector would scan the young objects, and every so often every object
+    the process holds (its libraries' included), for cycles the search does not make. On
+    the bench that scanning is 5-20% of the search's time; peak memory is unchanged (40
+    MiB on the budget scenario either way)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

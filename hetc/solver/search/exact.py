@@ -1,0 +1,264 @@
+"""The exact branch and bound within one shape (m, P, D), and why it loses nothing:
+
+- Stages are chosen first to last (end block and kind set together), with the same bounds
+  on what remains as the shape's (`bounds`); a partial candidate whose bound exceeds the
+  incumbent, or breaks the budget or the throughput floor, is dropped. Every term of the
+  model is a sum or a maximum of non-negative parts, so completing a prefix never lowers
+  its bound.
+- Dominance: two prefixes that end at the same block with the same last (and first) kind
+  set and the same mixed stages, one no worse in every term that the rest depends on
+  (fill, straggler so far, the last stage's pending period, synchronisation, egress,
+  devices per pool), need only the better one expanded (`_dominated`).
+- At a leaf, the replica counts come from `counts`.
+- A kind that runs out of memory in a stage (H2) is never used there; TP stays within a
+  node (H1). Both are facts of the model, not approximations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from itertools import combinations
+
+from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.solver.search.counts import Counts
+from hetc.solver.search.incumbent import Candidate, SearchOptions
+
+
+class Exact(Counts):
+    """The exact branch and bound over the stages of one shape."""
+
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+        self._memo: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
+        """The prefixes expanded so far in the shape being searched, for `_dominated`
+        (emptied per shape by `shape`)."""
+        self._combo_info: dict[
+            tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]
+        ] = {}
+        self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
+        self._stage_send = cache(model.send_between)
+        """The planning model's send between two stages' kind sets, cached: `stage` asks for
+        the same few pairs for every prefix of every shape."""
+
+    def kind_sets(
+        self, mbs: int, dp: int, flight: int, first: int, end: int
+    ) -> list[tuple[float, tuple[int, ...]]]:
+        """(time, kinds) for every set of kinds layers [first, end) may use, fastest first:
+        kinds that fit in memory, one TP degree unless the capability matrix allows mixing."""
+        key = (mbs, dp, flight, first, end)
+        cached = self._sets.get(key)
+        if cached is not None:
+            return cached
+        model = self.model
+        fitting = [k.index for k in model.kinds if model.fits(k.index, mbs, first, end, dp, flight)]
+        limit = min(dp, len(fitting))
+        groups: list[list[int]] = []
+        if model.mixed_tp_allowed:
+            groups = [fitting]
+        else:
+            by_tp: dict[int, list[int]] = {}
+            for k in fitting:
+                by_tp.setdefault(model.kinds[k].tp, []).append(k)
+            groups = list(by_tp.values())
+        sets: list[tuple[float, tuple[int, ...]]] = []
+        for group in groups:
+            for size in range(1, min(limit, len(group)) + 1):
+                for combo in combinations(group, size):
+                    if "one-region-stage" in self.approx and not self._one_region(combo):
+                        continue
+                    t = max(model.stage_time(k, mbs, first, end)[0] for k in combo)
+                    sets.append((t, combo))
+        sets.sort()
+        self._sets[key] = sets
+        return sets
+
+    def _one_region(self, combo: Iterable[int]) -> bool:
+        model = self.model
+        return len({model.pools[model.kinds[k].pool].zone.region for k in combo}) == 1
+
+    def combo_info(
+        self, combo: tuple[int, ...], dp: int
+    ) -> tuple[tuple[tuple[int, int], ...], int]:
+        """(devices the stage adds per pool at least, devices beyond those it needs somewhere):
+        a one-kind stage takes D x TP on its pool; a mixed stage one replica per kind, and its
+        other D - |set| replicas at least the smallest TP each, on a pool chosen at the leaf."""
+        key = (combo, dp)
+        info = self._combo_info.get(key)
+        if info is None:
+            kinds = self.model.kinds
+            if len(combo) == 1:
+                kind = kinds[combo[0]]
+                info = (((kind.pool, dp * kind.tp),), 0)
+            else:
+                adds: dict[int, int] = {}
+                for k in combo:
+                    adds[kinds[k].pool] = adds.get(kinds[k].pool, 0) + kinds[k].tp
+                info = (tuple(adds.items()), (dp - len(combo)) * min(kinds[k].tp for k in combo))
+            self._combo_info[key] = info
+        return info
+
+    def stage(self, state: _Partial, index: int, start: int) -> None:
+        """Choose stage `index` (its end block and kind set) after `state`, then recurse."""
+        model = self.model
+        self._check_limits()
+        stages, mbs, dp = state.stages, state.mbs, state.dp
+        remaining = stages - index - 1
+        prefix = self.layer_best(mbs, self.affordable_tp(stages, dp))
+        sync_lb = self.sync_bound(stages, dp)
+        m1 = -(-(model.batch // mbs) // dp) - 1
+        last = index == stages - 1
+        flight = max(1, min(stages - index, m1 + 1))
+        first_layer = 0 if index == 0 else start + 1
+        ends = [model.blocks] if last else range(start + 1, model.blocks - remaining + 1)
+        rest_devices = remaining * dp * self._min_tp
+        work = self.device_work(mbs)[0]
+        throughput = self.objective == "max_throughput"
+        capacity = self.capacity
+        previous = state.sets[-1] if index else ()
+        for end in ends:
+            end_layer = end + 2 if last else end + 1
+            rest_fill = prefix[-1] - prefix[end_layer]
+            rest_straggler = rest_fill / remaining if remaining else 0.0
+            rest_work = (work[-1] - work[end_layer]) * dp
+            key = (start, end, index == 0, last)
+            for t, combo in self.kind_sets(mbs, dp, flight, first_layer, end_layer):
+                send = self._stage_send(previous, combo, mbs) if index else 0.0
+                fill = state.fill + t + 2 * send
+                straggler = max(state.straggler, state.pending + send)
+                pending = t + send
+                lb_t = (
+                    fill
+                    + rest_fill
+                    + m1 * max(straggler, pending, rest_straggler)
+                    + max(state.sync, sync_lb)
+                )
+                bound = self.bound()
+                if (throughput and lb_t > bound) or (
+                    self.time_cap is not None and lb_t > self.time_cap
+                ):
+                    continue
+                adds, spread = self.combo_info(combo, dp)
+                forced = list(state.forced)
+                over = False
+                for pool, amount in adds:
+                    forced[pool] += amount
+                    if forced[pool] > capacity[pool]:
+                        over = True
+                if over:
+                    continue
+                extra = state.extra + spread
+                devices = sum(forced) + extra
+                if devices + rest_devices > self.total_devices:
+                    continue
+                if remaining:
+                    free = self.effective_devices(mbs, forced, extra)
+                    if free <= 0:
+                        continue
+                    slow = rest_work / free
+                    if slow > rest_straggler:
+                        lb_t += m1 * max(0.0, slow - max(straggler, pending, rest_straggler))
+                        if throughput and lb_t > bound:
+                            continue
+                stage_sync = model.stage_sync(combo, key, dp, mbs, first_layer, end_layer)
+                sync = max(state.sync, stage_sync)
+                egress = state.egress + model.ring_egress(combo, key, dp)
+                if index:
+                    egress += model.boundary_egress(previous, combo, mbs)
+                if last and stages > 1:
+                    tied = model.tied_time(state.sets[0], combo)
+                    sync = max(sync, state.first_sync + tied, stage_sync + tied)
+                    egress += model.tied_egress(state.sets[0], combo, dp)
+                lb_t += max(sync, sync_lb) - max(state.sync, sync_lb)
+                rate = (devices + rest_devices) * self._cheapest
+                if throughput:
+                    if lb_t > bound:
+                        continue
+                elif lb_t * rate + egress > bound:
+                    continue
+                if self.violates(lb_t, rate, egress):
+                    continue
+                first_sync = stage_sync if index == 0 else state.first_sync
+                mixed = state.mixed if len(combo) == 1 else tuple(sorted((*state.mixed, combo)))
+                memo_key = (index, end, combo, state.sets[0] if index else combo, mixed)
+                values = (fill, straggler, pending, sync, egress, first_sync, extra, *forced)
+                if self._dominated(memo_key, values):
+                    continue
+                child = _Partial(
+                    stages=stages,
+                    mbs=mbs,
+                    dp=dp,
+                    boundaries=(*state.boundaries, end),
+                    sets=(*state.sets, combo),
+                    fill=fill,
+                    straggler=straggler,
+                    pending=pending,
+                    sync=sync,
+                    first_sync=first_sync,
+                    egress=egress,
+                    forced=tuple(forced),
+                    extra=extra,
+                    mixed=mixed,
+                )
+                if last:
+                    self.leaf(child)
+                else:
+                    self.stage(child, index + 1, end)
+
+    def _dominated(self, key: tuple[object, ...], values: tuple[float, ...]) -> bool:
+        """Whether a partial with the same future (stage, end, neighbouring sets, resources)
+        and no worse in every term was already expanded; records `values` if not."""
+        held = self._memo.setdefault(key, [])
+        for other in held:
+            if all(o <= v for o, v in zip(other, values, strict=True)):
+                return True
+        held[:] = [o for o in held if not all(v <= x for v, x in zip(values, o, strict=True))]
+        held.append(values)
+        return False
+
+    def leaf(self, state: _Partial) -> None:
+        model = self.model
+        self.evaluations += 1
+        self._check_limits()
+        shape = Shape(microbatch=state.mbs, boundaries=state.boundaries, pipelines=state.dp)
+        counts = self.cheapest_counts(state.sets, state.dp)
+        if counts is None:
+            return
+        estimate = model.estimate(shape, counts)
+        if not estimate.feasible or any(not estimate.nodes[p] for p in self.options.must_use):
+            return
+        candidate = Candidate(
+            shape=shape, assignment=counts, estimate=estimate, objective=self.objective
+        )
+        value = candidate.value
+        if self._shape_best is None or value < self._shape_best:
+            self._shape_best = value
+        self.offer(candidate)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Partial:
+    """A prefix of stages: what the rest of the search needs to know of it."""
+
+    stages: int
+    mbs: int
+    dp: int
+    boundaries: tuple[int, ...] = ()
+    sets: tuple[tuple[int, ...], ...] = ()
+    fill: float = 0.0
+    straggler: float = 0.0
+    """Largest period among stages whose both sends are known."""
+    pending: float = 0.0
+    """The last stage's t + its incoming send (its outgoing send is not chosen yet)."""
+    sync: float = 0.0
+    first_sync: float = 0.0
+    """Stage 0's y + u before the tied embedding (added once the last stage is known)."""
+    egress: float = 0.0
+    forced: tuple[int, ...] = ()
+    """Devices per pool the prefix needs at least: all of a one-kind stage, one replica per
+    kind of a mixed stage."""
+    extra: int = 0
+    """Devices the mixed stages need beyond `forced`, on pools chosen at the leaf."""
+    mixed: tuple[tuple[int, ...], ...] = ()
+    """The mixed stages' kind sets, sorted: with `forced`, they fix which counts are possible."""

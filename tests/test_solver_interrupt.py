@@ -1,0 +1,43 @@
+"""Ctrl-C during a search: the first SIGINT only sets the search's stop event, a second one
+interrupts as usual, and the previous handler is back after the block."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from hetc.solver.interrupt import interrupt_stops
+
+
+def test_the_first_sigint_sets_the_event_and_a_second_interrupts() -> None:
+    """A SIGINT inside the block sets the event without raising; the next one raises
+    KeyboardInterrupt; after the block the handler is the one from before."""
+    before = signal.getsignal(signal.SIGINT)
+    with interrupt_stops() as stop:
+        assert not stop.is_set()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.wait(5)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            threading.Event().wait(5)
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_off_the_main_thread_the_event_is_not_wired() -> None:
+    """A worker thread cannot install a handler (`signal.signal` would raise there): it gets
+    an unset event, and the process's handler stays as it was."""
+    before = signal.getsignal(signal.SIGINT)
+    seen: list[object] = []
+
+    def work() -> None:
+        with interrupt_stops() as stop:
+            seen.append(stop.is_set())
+            seen.append(signal.getsignal(signal.SIGINT) is before)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert seen == [False, True]
