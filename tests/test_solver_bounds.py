@@ -257,11 +257,11 @@ def test_layer_compute_is_stage_time_of_each_layer_to_the_bit() -> None:
 
 
 def test_windows_are_the_least_run_of_blocks_on_each_kind() -> None:
-    """`_window`, kept per device, TP and microbatch size and filled as asked, is the least
+    """`window`, kept per device, TP and microbatch size and filled as asked, is the least
     forward + backward time of that many consecutive blocks (`stage_time`), for every
     kind, block count and microbatch size of GPT-Neo-2.7B on A100 + V100 (its blocks
     alternate global and local attention, so where a run starts matters), asked in a
-    shuffled order and then again; `_host_window` is the least over the hosts at D."""
+    shuffled order and then again; `host_window` is the least over the hosts at D."""
     model = PlanningModel(_spec((BENCH / "gptneo-32a100-96v100.yaml").read_text()))
     searcher = Search(model, SearchOptions(approximations=frozenset({"kind-profiles"})))
     last = model.blocks
@@ -272,14 +272,14 @@ def test_windows_are_the_least_run_of_blocks_on_each_kind() -> None:
             model.stage_time(kind, mbs, first, first + blocks)[0]
             for first in range(1, last - blocks + 2)
         )
-        assert searcher._window((kind,), mbs, blocks) == pytest.approx(expected, rel=1e-12)
+        assert searcher.window((kind,), mbs, blocks) == pytest.approx(expected, rel=1e-12)
     for mbs in (1, 2):
         for dp in (1, 4, 16):
             for blocks in (1, 5, last):
-                hosts = searcher._hosts(mbs, dp)
+                hosts = searcher.hosts(mbs, dp)
                 assert hosts
-                least = min(searcher._window(o, mbs, blocks) for o in hosts)
-                assert searcher._host_window(mbs, dp, blocks) == least
+                least = min(searcher.window(o, mbs, blocks) for o in hosts)
+                assert searcher.host_window(mbs, dp, blocks) == least
 
 
 def test_work_cost_prices_each_layer_on_its_own_cheapest_kind() -> None:
@@ -411,8 +411,8 @@ off), and min_cost on one pool and on both zones (the idle cost of waiting for s
 @pytest.mark.parametrize("name", sorted(SENDS_CASES))
 def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None:
     """Every candidate of P > 1 stages sends on each of its P - 1 boundaries at least
-    `_least_send`, so its fill F, its straggler S and (with its sync) its objective are at
-    least `_period_terms`' fill, static floor and each line a D + b, and the shape bound.
+    `least_send`, so its fill F, its straggler S and (with its sync) its objective are at
+    least `period_terms`' fill, static floor and each line a D + b, and the shape bound.
     The oracle is every candidate the brute force enumerates, timed by the model; the floors
     must also come close to some candidate (the fill within 0.1% of one, far under one send;
     the static floor within 5%, the lines within 5% on one pool and 15% elsewhere), or a
@@ -427,7 +427,7 @@ def test_every_candidate_pays_the_least_send_on_each_boundary(name: str) -> None
         mbs, stages, dp = shape.microbatch, shape.stages, shape.pipelines
         used = [tuple(kind for kind, count in stage if count) for stage in assignment]
         straggler, fill, _, _ = model.time_of_sets(shape, used)
-        floor, static, lines, send = searcher._period_terms(
+        floor, static, lines, send = searcher.period_terms(
             mbs, stages, searcher.affordable_tp(stages, dp)
         )
         for a, b in pairwise(used):
@@ -455,9 +455,9 @@ def test_the_least_send_is_the_fastest_pool_pair() -> None:
     searcher = Search(model, SearchOptions())
     for mbs in (1, 2, 4):
         expected = min(model.send(a, b, mbs) for a in (0, 1) for b in (0, 1))
-        assert searcher._least_send(mbs) == expected
+        assert searcher.least_send(mbs) == expected
         assert expected == pytest.approx(20e-6 + mbs * 512 * 512 * 2 * 8 / 1e9, rel=1e-6)
-        assert searcher._period_terms(mbs, 1, 8)[3] == 0.0
+        assert searcher.period_terms(mbs, 1, 8)[3] == 0.0
 
 
 def test_min_cost_bounds_charge_every_device_its_waits_on_sends() -> None:
@@ -478,8 +478,8 @@ def test_min_cost_bounds_charge_every_device_its_waits_on_sends() -> None:
                 bound = searcher.shape_bounds(mbs, stages, dp, dp)[0]
                 if bound == math.inf:
                     continue
-                s = searcher._least_send(mbs)
-                fill = searcher._terms(mbs, searcher.affordable_tp(stages, dp))[0]
+                s = searcher.least_send(mbs)
+                fill = searcher.terms(mbs, searcher.affordable_tp(stages, dp))[0]
                 fill += 2 * (stages - 1) * s
                 slots = -(-total // dp)
                 waits = stages * (searcher.sync_bound(stages, dp) + (slots - 1) * s)
@@ -493,7 +493,7 @@ def test_min_cost_bounds_charge_every_device_its_waits_on_sends() -> None:
 def test_the_send_terms_lift_the_bench_floor_bounds() -> None:
     """On the bench's min-cost scenario the least send lifts shape bounds (against the same
     search with every send taken as 0) and never lowers one."""
-    assert _floor_bounds_lifted("_least_send", lambda mbs: 0.0, (2, 4, 8)) > 50
+    assert _floor_bounds_lifted("least_send", lambda mbs: 0.0, (2, 4, 8)) > 50
 
 
 def test_the_send_terms_by_hand() -> None:
@@ -505,21 +505,21 @@ def test_the_send_terms_by_hand() -> None:
     not at the affordable one (1 at P = 3, D = 2)."""
     model = PlanningModel(SENDS_CASES["one TP-1 pool"])
     searcher = Search(model, SearchOptions())
-    s = searcher._least_send(1)
-    fill, worst, work, free = searcher._terms(1, 1)
-    window = searcher._least_window(1, 1, 2)
+    s = searcher.least_send(1)
+    fill, worst, work, free = searcher.terms(1, 1)
+    window = searcher.least_window(1, 1, 2)
     assert free == 3.0 and fill == pytest.approx(work, rel=1e-12)
-    floor, static, lines, send = searcher._period_terms(1, 3, 1)
+    floor, static, lines, send = searcher.period_terms(1, 3, 1)
     assert send == s and floor == pytest.approx(fill + 4 * s, rel=1e-12)
     assert static == pytest.approx(max((fill + 4 * s) / 3, worst + s, window + s), rel=1e-12)
     expected = [work / 3, s, (work - 2 * s) / 3, 2 * s]
     assert [term for line in lines for term in line] == pytest.approx(expected, rel=1e-12)
-    assert len(searcher._period_terms(1, 2, 1)[2]) == 1, "two stages: both are ends"
+    assert len(searcher.period_terms(1, 2, 1)[2]) == 1, "two stages: both are ends"
     mixed = Search(PlanningModel(_sends(zero=0, quota=4, gpn=2, pools=V100_ZONE)), SearchOptions())
-    assert mixed._tp_cap(mixed.affordable_tp(3, 2)) == 1
-    s = mixed._least_send(1)
-    work, free = mixed._terms(1, 1)[2:]
-    inner = mixed._period_terms(1, 3, 1)[2][1]
+    assert mixed.tp_cap(mixed.affordable_tp(3, 2)) == 1
+    s = mixed.least_send(1)
+    work, free = mixed.terms(1, 1)[2:]
+    inner = mixed.period_terms(1, 3, 1)[2][1]
     assert list(inner) == pytest.approx([(work - 2 * s * 2) / free, 2 * s], rel=1e-12)
 
 
@@ -555,7 +555,7 @@ def _falling_profile() -> LayerProfile:
 
 @pytest.mark.parametrize("seed", [*range(0, 30, 3), -1])
 def test_the_range_sync_is_below_the_sync_bound_at_every_larger_d(seed: int) -> None:
-    """`range_bound` prices the sync of D = first..last at `_range_sync(first)`: at most
+    """`range_bound` prices the sync of D = first..last at `range_sync(first)`: at most
     `sync_bound` at every D >= first. On flat links that is the sync bound itself (a ring
     grows with D); on a measured curve where small messages go faster it is not, and the
     whole-model ring must be left out (seed -1: one device in one zone, with that curve)."""
@@ -569,7 +569,7 @@ def test_the_range_sync_is_below_the_sync_bound_at_every_larger_d(seed: int) -> 
     for stages in range(1, model.blocks + 1):
         syncs = [searcher.sync_bound(stages, dp) for dp in range(1, top + 1)]
         for dp in range(1, top + 1):
-            assert searcher._range_sync(stages, dp) <= min(syncs[dp - 1 :]), (stages, dp)
+            assert searcher.range_sync(stages, dp) <= min(syncs[dp - 1 :]), (stages, dp)
         falls |= any(b < a for a, b in pairwise(syncs))
     assert searcher._flat_links is (seed >= 0)
     assert falls is (seed < 0)
@@ -599,31 +599,31 @@ def test_shapes_beaten_before_the_sync_keep_a_weaker_bound_above_the_incumbent(n
 
 @pytest.mark.parametrize("name", ["opt350m-5zones", "opt350m-floor", "gptneo-32a100-96v100"])
 def test_the_ring_frontier_keeps_every_sync_term(name: str) -> None:
-    """The sync bound reads only the rings no other beats at every D (`_ring_frontier`):
+    """The sync bound reads only the rings no other beats at every D (`ring_frontier`):
     its terms must be the same as over every distinct ring, and the frontier must be
     smaller (on five zones, 3 of 18)."""
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     searcher = Search(PlanningModel(report.spec), SearchOptions())
-    frontier = searcher._ring_frontier()
-    assert len(frontier) < len(searcher._distinct_rings())
-    fast = [searcher._sync_terms(dp) for dp in range(2, 300)]
-    searcher._frontier = searcher._distinct_rings()
-    assert fast == [searcher._sync_terms(dp) for dp in range(2, 300)]
+    frontier = searcher.ring_frontier()
+    assert len(frontier) < len(searcher.distinct_rings())
+    fast = [searcher.sync_terms(dp) for dp in range(2, 300)]
+    searcher._frontier = searcher.distinct_rings()
+    assert fast == [searcher.sync_terms(dp) for dp in range(2, 300)]
 
 
 @pytest.mark.parametrize("seed", range(0, 40, 4))
 def test_the_ring_frontier_on_random_specs(seed: int) -> None:
     searcher = Search(PlanningModel(_spec(random_instance(seed))), SearchOptions())
-    fast = [searcher._sync_terms(dp) for dp in range(2, 40)]
-    searcher._frontier = searcher._distinct_rings()
-    assert fast == [searcher._sync_terms(dp) for dp in range(2, 40)]
+    fast = [searcher.sync_terms(dp) for dp in range(2, 40)]
+    searcher._frontier = searcher.distinct_rings()
+    assert fast == [searcher.sync_terms(dp) for dp in range(2, 40)]
 
 
 @pytest.mark.parametrize("name", ["opt350m-5zones", "opt350m-budget"])
 def test_stage_rings_read_one_pair_per_distinct_ring(name: str) -> None:
-    """`_stage_ring` takes the worst ring over one representative pair of kinds per
-    distinct link (`_ring_representatives`): it must equal the worst over every pair, and
+    """`stage_ring` takes the worst ring over one representative pair of kinds per
+    distinct link (`ring_representatives`): it must equal the worst over every pair, and
     read fewer pairs where an option spans zones (five zones: 2 of 10 for us-central1's
     region-wide options)."""
     report = check_file(BENCH / f"{name}.yaml")
@@ -633,11 +633,11 @@ def test_stage_rings_read_one_pair_per_distinct_ring(name: str) -> None:
     fewer = 0
     for option in searcher.stage_options():
         every = [(a, b) for x, a in enumerate(option) for b in option[x:]]
-        fewer += len(searcher._ring_representatives(option)) < len(every)
+        fewer += len(searcher.ring_representatives(option)) < len(every)
         for dp in (2, 7, 64):
             for stage in ((0, 1, False, False), (0, 3, True, False), (0, 24, True, True)):
                 worst = max(model.ring(a, b, stage, dp) for a, b in every)
-                assert searcher._stage_ring(option, dp, stage) == worst
+                assert searcher.stage_ring(option, dp, stage) == worst
     assert fewer > 0
 
 

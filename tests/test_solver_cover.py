@@ -129,7 +129,7 @@ def test_every_candidate_passes_at_its_own_straggler(index: int) -> None:
     spec = _small_specs()[index]
     model = PlanningModel(spec)
     searcher = Search(model, SearchOptions())
-    check = searcher._cover
+    check = searcher.cover
     least: dict[tuple[int, int, int], float] = defaultdict(lambda: math.inf)
     for shape, assignment, _ in candidates(model):
         slowest = 0.0
@@ -148,16 +148,16 @@ def test_every_candidate_passes_at_its_own_straggler(index: int) -> None:
 def _visited(model: PlanningModel, monkeypatch: pytest.MonkeyPatch) -> tuple[float, int]:
     """(best objective, shapes whose profile pairs were searched)."""
     count = 0
-    pairs = Search._pairs
+    pairs = Search.pairs
 
     def counted(self: Search, *args: object) -> object:
         nonlocal count
         count += 1
         return pairs(self, *args)
 
-    monkeypatch.setattr(Search, "_pairs", counted)
+    monkeypatch.setattr(Search, "pairs", counted)
     result = search(model, SearchOptions(approximations=default_approximations(model)))
-    monkeypatch.setattr(Search, "_pairs", pairs)
+    monkeypatch.setattr(Search, "pairs", pairs)
     return result.candidates[0].value, count
 
 
@@ -166,7 +166,7 @@ def test_the_check_cuts_the_shapes_searched(
     name: str, factor: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Measured: 361 -> 60 shapes on 128 A100, 2,007 -> 1,410 on five zones of A100. With
-    two device types the check is off (`Search._may_win`), so it must change nothing."""
+    two device types the check is off (`Search.may_win`), so it must change nothing."""
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
@@ -195,7 +195,7 @@ def test_the_check_is_off_with_two_device_types(monkeypatch: pytest.MonkeyPatch)
 
 def test_no_ceiling_means_no_answer() -> None:
     spec = _small_specs()[0]
-    check = Search(PlanningModel(spec), SearchOptions())._cover
+    check = Search(PlanningModel(spec), SearchOptions()).cover
     assert check.may_run_under(1, 1, 1, math.inf)
     assert not check.may_run_under(1, 1, 1, -1.0)
     assert cover.SLACK < 1e-6
@@ -246,8 +246,8 @@ def test_one_kind_per_tp_degree_gives_the_same_answers(name: str) -> None:
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    fast = Search(model, SearchOptions())._cover
-    full = Search(model, SearchOptions())._cover
+    fast = Search(model, SearchOptions()).cover
+    full = Search(model, SearchOptions()).cover
     full._distinct_kinds = list(range(len(model.kinds)))
     assert len(fast._distinct_kinds) == len({k.tp for k in model.kinds})
     rng = random.Random(7)
@@ -283,7 +283,7 @@ def test_class_times_are_stage_times_at_each_position(name: str) -> None:
     report = check_file(BENCH / f"{name}.yaml")
     assert report.spec is not None
     model = PlanningModel(report.spec)
-    check = Search(model, SearchOptions())._cover
+    check = Search(model, SearchOptions()).cover
     blocks = model.blocks
     period = len(model.arch.attention_pattern)
     for mbs in model.microbatch_sizes()[:2]:

@@ -33,7 +33,7 @@ from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SearchOptions, search
 from hetc.solver.search.bounds import Option
 from hetc.solver.search.driver import Search
-from hetc.solver.search.pairs import _BuiltAsRead, _most_stages, _PairAt
+from hetc.solver.search.pairs import BuiltAsRead, PairAt, most_stages
 from hetc.solver.search.reach import NO_ROOM
 
 SEEDS = range(48)
@@ -78,7 +78,7 @@ TWINS = ZONES.replace(
     "      - {device: A100-40GB, quota: 16, gpus_per_node: 4, price: 3.67 USD/h}\n"
     "      - {device: V100-16GB, quota: 16, gpus_per_node: 4, price: 2.86 USD/h}\n",
 )
-"""Zones a and b identical (mirror images of each other, `Search._zone_swaps`), c apart."""
+"""Zones a and b identical (mirror images of each other, `Search.zone_swaps`), c apart."""
 
 
 def _with_zones(name: str, zones: str, replace: dict[str, str] | None = None) -> str:
@@ -106,7 +106,7 @@ STRIPES = _one_pool_zones(
     [("a", "r1", 8, "3.67"), ("b", "r1", 8, "3.67"), ("c", "r1", 8, "3.0"), ("d", "r1", 4, "3.0")],
 )
 """Four small zones of one region: two options inside a zone hold 16 devices, so wider
-profiles must ring across zones on a region-wide option (`Search._zone_rings`)."""
+profiles must ring across zones on a region-wide option (`Search.zone_rings`)."""
 
 REGIONS = _one_pool_zones(
     "regions", [(region + zone, region, 4, "3.67") for region in ("r1", "r2") for zone in "abcd"]
@@ -131,7 +131,7 @@ MEMORY = _with_zones(
 )
 """A 2.4B-parameter model on 8 A100 and 32 V100-16GB: a V100 at TP 1 holds a few of its 12
 blocks, so memory, not the quotas, decides which D a pair of options can hold
-(`Search._profile_last`)."""
+(`Search.profile_last`)."""
 
 
 def _spec(text: str) -> Spec:
@@ -197,14 +197,14 @@ class _Exhaustive(Search):
     def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> list[_PairAt]:
-        rows = super()._pairs(mbs, dp, alone)
+    def pairs(self, mbs: int, dp: int, alone: bool = False) -> list[PairAt]:
+        rows = super().pairs(mbs, dp, alone)
         return [r._replace(pair=r.pair._replace(per_stage=0.0, per_pass=0.0)) for r in rows]
 
-    def _zone_swaps(self) -> list[dict[int, int]]:
+    def zone_swaps(self) -> list[dict[int, int]]:
         return []
 
-    def _may_use_forced(self, slow: Option, fast: Option) -> bool:
+    def may_use_forced(self, slow: Option, fast: Option) -> bool:
         return True
 
 
@@ -278,7 +278,7 @@ def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:
         at = rng.randint(1, stages - 1)
         room = passes / (at / sp_s + (stages - at) / sp_f) * rng.uniform(0.97, 1.03)
         room = rng.choice([room, rng.uniform(-1, 20)])
-        kept = set(Search._within(lengths, stages, room, passes, sp_s, sp_f))
+        kept = set(Search.within(lengths, stages, room, passes, sp_s, sp_f))
         bound = {n: passes / (n / sp_s + (stages - n) / sp_f) for n in lengths}
         assert {n for n in lengths if bound[n] <= room} <= kept, (lengths, kept)
         assert all(bound[n] <= room * (1 + 1e-6) + 1e-12 for n in kept), (lengths, kept)
@@ -289,7 +289,7 @@ def test_within_keeps_exactly_the_run_lengths_under_the_bound() -> None:
 def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation: halve the dual capacity bound (so shapes are pruned that should not be);
     on some case the pruned search then misses the exhaustive optimum."""
-    true_bound = Search._most_capacity
+    true_bound = Search.most_capacity
 
     def halved(self: Search, mbs: int, stages: int, dp: int) -> float:
         return true_bound(self, mbs, stages, dp) / 2
@@ -297,7 +297,7 @@ def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -
     for name, spec in _cases():
         exhaustive = _best(spec, _Exhaustive)
         with monkeypatch.context() as patch:
-            patch.setattr(Search, "_most_capacity", halved)
+            patch.setattr(Search, "most_capacity", halved)
             pruned = _best(spec, Search)
         if not _same(pruned, exhaustive):
             assert exhaustive is not None, name
@@ -342,7 +342,7 @@ def test_run_lengths_are_exactly_the_placeable_ones() -> None:
     checked = 0
     for slow, fast in itertools.permutations(options, 2):
         for stages, dp in ((2, 1), (3, 2), (4, 4), (5, 3)):
-            found = set(searcher._run_lengths(slow, fast, stages, dp))
+            found = set(searcher.run_lengths(slow, fast, stages, dp))
             expected = {
                 n
                 for n in range(1, stages)
@@ -360,7 +360,7 @@ def test_run_lengths_are_exactly_the_placeable_ones() -> None:
 
 
 def test_the_dual_capacity_bound_covers_every_profile() -> None:
-    """`_most_capacity` >= sum_i 1 / speed_i of every quota-feasible profile, and is tight
+    """`most_capacity` >= sum_i 1 / speed_i of every quota-feasible profile, and is tight
     (equal to the best) on some shape."""
     rng = random.Random(7)
     tight = 0
@@ -371,17 +371,17 @@ def test_the_dual_capacity_bound_covers_every_profile() -> None:
             mbs = rng.choice(model.microbatch_sizes())
             stages = rng.randint(1, model.blocks)
             dp = rng.randint(1, max(1, searcher.total_devices // stages))
-            speed, _ = searcher._option_speeds(mbs)
-            hosts = searcher._hosts(mbs, dp)
+            speed, _ = searcher.option_speeds(mbs)
+            hosts = searcher.hosts(mbs, dp)
             capacities = [
                 n / speed[slow] + (stages - n) / speed[fast]
                 for x, slow in enumerate(hosts)
                 for fast in hosts[x:]
-                for n in searcher._run_lengths(slow, fast, stages, dp)
+                for n in searcher.run_lengths(slow, fast, stages, dp)
             ]
             if not capacities:
                 continue
-            bound = searcher._most_capacity(mbs, stages, dp)
+            bound = searcher.most_capacity(mbs, stages, dp)
             assert max(capacities) <= bound * (1 + RELATIVE), (mbs, stages, dp)
             tight += math.isclose(max(capacities), bound, rel_tol=1e-9)
     assert tight
@@ -395,9 +395,9 @@ def test_the_work_share_floor_is_below_the_best_split() -> None:
     model = searcher.model
     checked = 0
     for mbs in model.microbatch_sizes()[:3]:
-        speed, ordered = searcher._option_speeds(mbs)
+        speed, ordered = searcher.option_speeds(mbs)
         for slow, fast in itertools.combinations(ordered, 2):
-            share = searcher._work_share((slow, fast), mbs)
+            share = searcher.work_share((slow, fast), mbs)
             assert 0 < share <= 1 + 1e-12
             for stages, n in ((2, 1), (4, 1), (4, 3)):
                 sequence = (slow,) * n + (fast,) * (stages - n)
@@ -406,7 +406,7 @@ def test_the_work_share_floor_is_below_the_best_split() -> None:
                     continue
                 shape = Shape(microbatch=mbs, boundaries=split, pipelines=1)
                 straggler = model.time_of_sets(shape, sequence)[0]
-                sends = [searcher._send(a, b, mbs) for a, b in itertools.pairwise(sequence)]
+                sends = [searcher.send(a, b, mbs) for a, b in itertools.pairwise(sequence)]
                 padded = [0.0, *sends, 0.0]
                 pads = sum((padded[i] + padded[i + 1]) / speed[o] for i, o in enumerate(sequence))
                 capacity = sum(1 / speed[o] for o in sequence)
@@ -417,7 +417,7 @@ def test_the_work_share_floor_is_below_the_best_split() -> None:
 
 @pytest.mark.parametrize("bandwidth", ["100Gbps", "10Gbps"])
 def test_the_least_straggler_is_below_every_profile_split(bandwidth: str) -> None:
-    """`_least_straggler` drops a shape before its profiles are read: every profile of the
+    """`least_straggler` drops a shape before its profiles are read: every profile of the
     shape that fits the quotas, split by `min_max_split` with no floor, has a straggler at
     least that (the largest stage's window on the fastest host, the work over the most
     capacity, plus the least send with P > 1); on ZONES and on ZONES with its zones' links
@@ -431,12 +431,12 @@ def test_the_least_straggler_is_below_every_profile_split(bandwidth: str) -> Non
     model = searcher.model
     closest = math.inf
     for mbs in model.microbatch_sizes()[:3]:
-        _, ordered = searcher._option_speeds(mbs)
+        _, ordered = searcher.option_speeds(mbs)
         for stages, dp in itertools.product((1, 2, 3, 5), (1, 2, 3)):
-            least = searcher._least_straggler(mbs, stages, dp)
+            least = searcher.least_straggler(mbs, stages, dp)
             for x, slow in enumerate(ordered):
                 for fast in ordered[x:]:
-                    for n in searcher._run_lengths(slow, fast, stages, dp):
+                    for n in searcher.run_lengths(slow, fast, stages, dp):
                         sequence = (slow,) * n + (fast,) * (stages - n)
                         split = searcher.min_max_split(sequence, mbs, dp)
                         if split is None:
@@ -458,7 +458,7 @@ def test_greedy_counts_leave_room_for_every_stage() -> None:
     merged = next(o for o in searcher.stage_options() if len(o) == 2 and model.kinds[o[0]].tp == 1)
     room = sum(searcher.capacity[model.kinds[k].pool] for k in merged)
     dp = room // 2
-    counts = searcher._counts_greedy((merged, merged), dp)
+    counts = searcher.counts_greedy((merged, merged), dp)
     assert counts is not None
     used = [0] * len(model.pools)
     for stage in counts:
@@ -517,8 +517,8 @@ def test_mirror_images_of_identical_zones_score_the_same() -> None:
     model = PlanningModel(_zones("min_cost", text=TWINS))
     options = SearchOptions(approximations=PROFILES)
     searcher = Search(model, options)
-    kept = {(row.slow, row.fast) for row in searcher._pair_rows(1)}
-    every = {(row.slow, row.fast) for row in _Exhaustive(model, options)._pair_rows(1)}
+    kept = {(row.slow, row.fast) for row in searcher.pair_rows(1)}
+    every = {(row.slow, row.fast) for row in _Exhaustive(model, options).pair_rows(1)}
     position = {
         (slot.zone.name, slot.pool.name, k.tp): k.index
         for k in model.kinds
@@ -549,14 +549,14 @@ def test_mirror_images_of_identical_zones_score_the_same() -> None:
                 assert model.egress(shape, ours) == pytest.approx(
                     model.egress(shape, theirs), rel=1e-12
                 )
-                rate = searcher._profile_rate(slow, n, fast, stages - n, dp)
+                rate = searcher.profile_rate(slow, n, fast, stages - n, dp)
                 assert rate == pytest.approx(
-                    searcher._profile_rate(twin[0], n, twin[1], stages - n, dp), rel=1e-12
+                    searcher.profile_rate(twin[0], n, twin[1], stages - n, dp), rel=1e-12
                 )
 
 
 def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
-    """`_most_stages` is at least every P with a feasible run length, and the feasible P
+    """`most_stages` is at least every P with a feasible run length, and the feasible P
     of a pair are a run ending at the largest (so a scan by it may stop at the first row
     that cannot fit P); it is exact for some pair, else it would prune nothing."""
     for spec in (_zones("max_throughput"), _zones("min_cost", text=TWINS), _case(3)):
@@ -568,10 +568,10 @@ def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
                 feasible = [
                     stages
                     for stages in range(1, 3 * searcher.model.blocks)
-                    if searcher._run_lengths(slow, fast, stages, dp)
+                    if searcher.run_lengths(slow, fast, stages, dp)
                 ]
-                sizes = searcher._pair_sizes(slow, fast)
-                most = _most_stages(dp, slow == fast, sizes)
+                sizes = searcher.pair_sizes(slow, fast)
+                most = most_stages(dp, slow == fast, sizes)
                 assert all(stages <= most for stages in feasible), (slow, fast, dp)
                 if feasible:
                     assert feasible == list(range(feasible[0], feasible[-1] + 1))
@@ -580,7 +580,7 @@ def test_most_stages_bounds_every_feasible_shape_of_a_pair() -> None:
 
 
 def test_end_rings_are_below_the_first_and_last_stages_rings() -> None:
-    """`_end_ring` bounds the ring of the first and of the last stage of every split (they
+    """`end_ring` bounds the ring of the first and of the last stage of every split (they
     hold the token table and the head), and for P > 1 exceeds one plain block's ring on
     some option, so it adds to the bound."""
     model = PlanningModel(_zones("max_throughput"))
@@ -595,16 +595,16 @@ def test_end_rings_are_below_the_first_and_last_stages_rings() -> None:
                     for index, first in ((0, True), (stages - 1, False)):
                         key = model.stage_key(shape, index)
                         ring = max(model.ring(a, b, key, dp) for a in option for b in option)
-                        bound = searcher._end_ring(option, dp, stages, first)
+                        bound = searcher.end_ring(option, dp, stages, first)
                         assert bound <= ring * (1 + 1e-12), (option, dp, shape, index)
-                stronger += stages > 1 and searcher._end_ring(
+                stronger += stages > 1 and searcher.end_ring(
                     option, dp, stages, True
-                ) > searcher._block_ring(option, dp)
+                ) > searcher.block_ring(option, dp)
     assert stronger
 
 
 def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
-    """`_zone_rings` is at most the one-block ring of some option of every profile that
+    """`zone_rings` is at most the one-block ring of some option of every profile that
     fits the quotas (the widest ring a profile pays is at least that), and is above 0
     on some shapes that have such profiles, which the search then prices before reading
     any pair."""
@@ -615,14 +615,14 @@ def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
         options = searcher.stage_options()
         for stages in range(1, searcher.model.blocks + 1):
             for dp in range(1, searcher.total_devices // stages + 1):
-                floor = searcher._zone_rings(stages, dp)
+                floor = searcher.zone_rings(stages, dp)
                 paid = [
                     max(
-                        searcher._block_ring(o, dp)
+                        searcher.block_ring(o, dp)
                         for o in ((slow,) if n == stages else (slow, fast))
                     )
                     for slow, fast in itertools.combinations_with_replacement(options, 2)
-                    for n in searcher._run_lengths(slow, fast, stages, dp)
+                    for n in searcher.run_lengths(slow, fast, stages, dp)
                 ]
                 assert all(floor <= ring * (1 + 1e-12) for ring in paid), (stages, dp)
                 binding += 0 < floor < math.inf and bool(paid)
@@ -632,7 +632,7 @@ def test_zone_rings_are_paid_by_every_feasible_profile() -> None:
 def test_time_tables_are_every_hosted_pair_most_stages_first_built_as_read() -> None:
     """For time, the table of (m, D) holds every pair of options that both host a stage
     at D (one-option pairs only, alone), with each option's one-block ring and its egress
-    at D and the pair's `_most_stages`, the most stages first and ties in the order of the
+    at D and the pair's `most_stages`, the most stages first and ties in the order of the
     pair rows; reading two rows builds two, and reading on builds the rest."""
     for spec in (_zones("max_throughput", text=TWINS), _zones("max_throughput")):
         model = PlanningModel(spec)
@@ -640,23 +640,23 @@ def test_time_tables_are_every_hosted_pair_most_stages_first_built_as_read() -> 
         checked = 0
         for mbs in model.microbatch_sizes():
             for dp in (1, 2, 3, 4, 6, 8, 16):
-                hosts = set(searcher._hosts(mbs, dp))
+                hosts = set(searcher.hosts(mbs, dp))
                 for alone in (False, True):
                     expected = [
-                        _PairAt(
+                        PairAt(
                             pair,
-                            searcher._block_ring(pair.slow, dp),
-                            searcher._block_ring(pair.fast, dp),
-                            searcher._block_egress(pair.slow, dp),
-                            searcher._block_egress(pair.fast, dp),
-                            _most_stages(dp, pair.slow == pair.fast, sizes),
+                            searcher.block_ring(pair.slow, dp),
+                            searcher.block_ring(pair.fast, dp),
+                            searcher.block_egress(pair.slow, dp),
+                            searcher.block_egress(pair.fast, dp),
+                            most_stages(dp, pair.slow == pair.fast, sizes),
                         )
-                        for pair, sizes in searcher._pair_rows_sized(mbs)
+                        for pair, sizes in searcher.pair_rows_sized(mbs)
                         if {pair.slow, pair.fast} <= hosts and (not alone or pair.slow == pair.fast)
                     ]
                     expected.sort(key=lambda r: -r.most_stages)
-                    table = searcher._pairs(mbs, dp, alone)
-                    assert isinstance(table, _BuiltAsRead)
+                    table = searcher.pairs(mbs, dp, alone)
+                    assert isinstance(table, BuiltAsRead)
                     assert list(itertools.islice(table, 2)) == expected[:2]
                     assert len(table._built) == min(2, len(expected))
                     assert list(table) == expected, (mbs, dp, alone)
@@ -665,7 +665,7 @@ def test_time_tables_are_every_hosted_pair_most_stages_first_built_as_read() -> 
 
 
 def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
-    """For cost `_pairs` builds its rows as they are read (`_BuiltAsRead`). Read whole, a
+    """For cost `pairs` builds its rows as they are read (`BuiltAsRead`). Read whole, a
     table must hold every pair of options that host a stage at D and fit one, with its
     rings at D, ordered by W x pass price, ties in the order of the pair rows. The rows
     come from the same search with the objective read as time (whose tables the test
@@ -681,12 +681,12 @@ def test_cost_tables_read_as_built_are_the_whole_tables_sorted() -> None:
         whole.objective = "max_throughput"
         checked = 0
         for mbs in model.microbatch_sizes():
-            order = {(r.slow, r.fast): i for i, (r, _) in enumerate(whole._pair_rows_sized(mbs))}
+            order = {(r.slow, r.fast): i for i, (r, _) in enumerate(whole.pair_rows_sized(mbs))}
             for dp in (1, 2, 3, 4, 6, 8, 16):
                 for alone in (False, True):
-                    rows = list(whole._pairs(mbs, dp, alone))
+                    rows = list(whole.pairs(mbs, dp, alone))
                     rows.sort(key=lambda r: (r.pair.share * r.pair.per_pass, order[r.pair[:2]]))
-                    assert list(lazy._pairs(mbs, dp, alone)) == rows, (mbs, dp, alone)
+                    assert list(lazy.pairs(mbs, dp, alone)) == rows, (mbs, dp, alone)
                     assert all(r.most_stages >= 1 for r in rows)
                     checked += len(rows)
         assert checked > 50, spec.name
@@ -702,7 +702,7 @@ def test_a_table_built_as_read_draws_only_what_is_read() -> None:
             drawn.append(row)
             yield row
 
-    table = _BuiltAsRead(source())  # type: ignore[arg-type]
+    table = BuiltAsRead(source())  # type: ignore[arg-type]
     assert list(itertools.islice(table, 3)) == [0, 1, 2]
     assert drawn == [0, 1, 2]
     assert list(table) == list(range(7))
@@ -713,9 +713,9 @@ def test_a_table_built_as_read_draws_only_what_is_read() -> None:
 def _holds_some_profile(searcher: Search, mbs: int, stages: int, dp: int) -> bool:
     """Whether some pair of options has a run length whose stages fit memory: one greedy
     fill with no time limit (`min_max_split` with an infinite floor fills once)."""
-    options = searcher._option_speeds(mbs)[1]
+    options = searcher.option_speeds(mbs)[1]
     for slow, fast in itertools.combinations_with_replacement(options, 2):
-        for n in searcher._run_lengths(slow, fast, stages, dp):
+        for n in searcher.run_lengths(slow, fast, stages, dp):
             sequence = (slow,) * n + (fast,) * (stages - n)
             if searcher.min_max_split(sequence, mbs, dp, math.inf) is not None:
                 return True
@@ -723,7 +723,7 @@ def _holds_some_profile(searcher: Search, mbs: int, stages: int, dp: int) -> boo
 
 
 def test_the_profile_cap_leaves_out_only_shapes_without_a_profile() -> None:
-    """Above `_profile_last` no pair of options can hold the shape's stages, checked D by D
+    """Above `profile_last` no pair of options can hold the shape's stages, checked D by D
     up to what counting allows; the cap cuts below the memory cap of the stage cover
     (which lets a stage mix devices) and is met exactly somewhere, so it is no bare count."""
     for objective in ("max_throughput", "min_cost"):
@@ -735,19 +735,19 @@ def test_the_profile_cap_leaves_out_only_shapes_without_a_profile() -> None:
         for mbs in model.microbatch_sizes():
             for stages in range(1, model.blocks + 1):
                 top = searcher._dp_cap(mbs, stages)
-                cap = searcher._profile_last(mbs, stages, top)
+                cap = searcher.profile_last(mbs, stages, top)
                 held = [
                     dp for dp in range(1, top + 1) if _holds_some_profile(searcher, mbs, stages, dp)
                 ]
                 assert all(dp <= cap for dp in held), (mbs, stages, cap, held)
-                cover = searcher._cover.most_pipelines(mbs, stages, top)
+                cover = searcher.cover.most_pipelines(mbs, stages, top)
                 tighter += cap < cover
                 exact += bool(held) and held[-1] == cap < cover
         assert tighter >= 10 and exact >= 3, (tighter, exact)
 
 
 def test_reach_sums_add_up_each_stages_reach() -> None:
-    """`_reach_sums` read as `_profile_last` reads them equal the sums of each stage's
+    """`reach_sums` read as `profile_last` reads them equal the sums of each stage's
     `memory_reach` (at the most lenient D and its in-flight count rounded down to a power
     of two), with -NO_ROOM for a stage that holds no block, for every P and split n."""
     searcher = Search(
@@ -759,7 +759,7 @@ def test_reach_sums_add_up_each_stages_reach() -> None:
     for mbs in model.microbatch_sizes():
         for kind in range(len(model.kinds)):
             for flights in (1, 2, 3, 5, 8, 64):
-                first, middle, last = searcher._reach_sums(kind, mbs, flights)
+                first, middle, last = searcher.reach_sums(kind, mbs, flights)
                 for stages in range(2, blocks + 1):
                     reach = [
                         _lenient_reach(searcher, kind, mbs, stages, i, flights)
@@ -781,15 +781,15 @@ def _lenient_reach(searcher: Search, kind: int, mbs: int, stages: int, i: int, f
     model = searcher.model
     lenient = 1 << (model.batch // mbs - 1).bit_length()
     if stages == 1:
-        return model.blocks if searcher._cover.holds_whole(mbs, kind, lenient) else 0
+        return model.blocks if searcher.cover.holds_whole(mbs, kind, lenient) else 0
     at = 0 if i == 0 else 2 if i == stages - 1 else 1
     flight = max(1, min(stages - i, flights))
-    return searcher._cover.memory_reach(mbs, kind, at, 1 << (flight.bit_length() - 1), lenient)
+    return searcher.cover.memory_reach(mbs, kind, at, 1 << (flight.bit_length() - 1), lenient)
 
 
 def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
-    """`_profile_last` against its definition, D by D: the largest D <= the count cap at
-    which some pair of options has a run length (`_run_lengths`) whose stages' reaches
+    """`profile_last` against its definition, D by D: the largest D <= the count cap at
+    which some pair of options has a run length (`run_lengths`) whose stages' reaches
     (`memory_reach` at the most lenient D and in-flight count, each at least one block)
     add up to the model's blocks."""
     exact_sums = 0
@@ -808,9 +808,9 @@ def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
                 for dp in range(1, top + 1):
                     # slowest first: a profile's slow option takes its first stages
                     for slow, fast in itertools.combinations_with_replacement(
-                        searcher._option_speeds(mbs)[1], 2
+                        searcher.option_speeds(mbs)[1], 2
                     ):
-                        for n in searcher._run_lengths(slow, fast, stages, dp):
+                        for n in searcher.run_lengths(slow, fast, stages, dp):
                             held = [
                                 _lenient_reach(
                                     searcher, (slow if i < n else fast)[0], mbs, stages, i, flights
@@ -820,7 +820,7 @@ def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
                             if min(held) >= 1 and sum(held) >= blocks:
                                 expected = dp
                                 exact_sums += sum(held) == blocks
-                assert searcher._profile_last(mbs, stages, top) == expected, (
+                assert searcher.profile_last(mbs, stages, top) == expected, (
                     text[:30],
                     mbs,
                     stages,

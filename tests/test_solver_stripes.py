@@ -118,7 +118,7 @@ def test_stripe_width_is_the_largest_that_holds_every_stage() -> None:
         mbs = rng.choice(model.microbatch_sizes())
         top = min(model.batch // mbs, searcher.total_devices // (stages * tp))
         fits = [d for d in range(1, top + 1) if sum(r // (d * tp) for r in rooms) >= stages]
-        assert searcher._stripe_width(mbs, stages, tp, rooms) == max(fits, default=0)
+        assert searcher.stripe_width(mbs, stages, tp, rooms) == max(fits, default=0)
 
 
 def test_stripes_skip_regions_without_a_pool_the_search_must_use(
@@ -146,7 +146,7 @@ def test_stripes_skip_regions_without_a_pool_the_search_must_use(
 
 @pytest.mark.parametrize("where", ["three zones", "five zones"])
 def test_a_stripes_fill_is_exact_and_its_straggler_at_least_the_mean(where: str) -> None:
-    """`_stripe_terms` against the planning model: for every zone stripe of the three-zone
+    """`stripe_terms` against the planning model: for every zone stripe of the three-zone
     instance and a sample of the five-zone bench scenario's, split by `min_max_split` with
     no ceiling, F is the split's own to rounding, and its straggler is at least the floor,
     so a stripe turned away by them could not have beaten the incumbent."""
@@ -158,7 +158,7 @@ def test_a_stripes_fill_is_exact_and_its_straggler_at_least_the_mean(where: str)
         spec = report.spec
     model = PlanningModel(spec)
     searcher = Search(model, SearchOptions(approximations=PROFILES))
-    seeds = searcher._stripe_seeds()
+    seeds = searcher.stripe_seeds()
     assert seeds, "no stripe to check"
     sample = seeds if len(seeds) <= 60 else random.Random(3).sample(seeds, 60)
     split = tight = 0
@@ -167,7 +167,7 @@ def test_a_stripes_fill_is_exact_and_its_straggler_at_least_the_mean(where: str)
         if boundaries is None:
             continue
         split += 1
-        least, fill = searcher._stripe_terms(sequence, mbs)
+        least, fill = searcher.stripe_terms(sequence, mbs)
         shape = Shape(microbatch=mbs, boundaries=boundaries, pipelines=dp)
         straggler, real_fill, _, _ = model.time_of_sets(shape, sequence)
         assert math.isclose(fill, real_fill, rel_tol=1e-12), (mbs, stages, dp)

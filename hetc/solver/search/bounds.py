@@ -11,7 +11,7 @@ that cross zones or regions where D replicas cannot stay inside one (`sync_bound
 P > 1 every boundary sends at least the least send s between any two pools, both ways in
 the fill, and each stage's period adds its sends to its compute: F_lb gains 2 (P - 1) s,
 each floor of S_lb gains s, and from P = 3 the device-time one 2 s less what the two end
-stages' devices can absorb (`_period_terms`). Each (m, P) enters the order under a bound on
+stages' devices can absorb (`period_terms`). Each (m, P) enters the order under a bound on
 all its D (`range_bound`). Cost >= that time x (D x P x least TP devices at the cheapest
 price), and >= each layer's least TP x time x price over the kinds, for ceil(B / (m D)) x D
 microbatches (`work_cost`), plus the device-seconds every device must idle, waiting on the
@@ -21,7 +21,7 @@ Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut fu
 (m, P) has more pipelines than its stages' memory lets the devices hold (`reach._last_dp`);
 and on one device type, for max_throughput, a shape is searched only if P stages of at
 least one block each could all run within the largest straggler with which it could still
-win, on the devices there are (`_may_win`).
+win, on the devices there are (`may_win`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Bounds(Incumbent):
             zones[slot.zone.name] = zones.get(slot.zone.name, 0) + devices
             regions[slot.zone.region] = regions.get(slot.zone.region, 0) + devices
         self._locality_capacity = (list(zones.values()), list(regions.values()))
-        """Devices per zone and per region, for `_sync_terms`."""
+        """Devices per zone and per region, for `sync_terms`."""
         self._work: dict[int, tuple[list[float], list[float]]] = {}
         self._cheapest = min((slot.pool.price for slot in model.pools), default=0.0)
         """USD per device-second of the cheapest pool: rate >= devices x this."""
@@ -77,14 +77,14 @@ class Bounds(Incumbent):
         self._class_windows: dict[tuple[str, int, int], list[float]] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._flat_links: bool | None = None
-        self._cover = StageCover(
+        self.cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
 
     def layer_best(self, mbs: int, max_tp: int) -> list[float]:
         """Prefix sums over the layer sequence of each layer's fastest time on any kind of TP
         at most `max_tp` (the largest a shape can afford in even one stage)."""
-        key = (mbs, self._tp_cap(max_tp))
+        key = (mbs, self.tp_cap(max_tp))
         if key not in self._layer_best:
             model = self.model
             kinds = [k for k in model.kinds if k.tp <= key[1]] or list(model.kinds)
@@ -95,7 +95,7 @@ class Bounds(Incumbent):
             self._layer_best[key] = prefix
         return self._layer_best[key]
 
-    def _tp_cap(self, max_tp: int) -> int:
+    def tp_cap(self, max_tp: int) -> int:
         """The largest TP degree of any kind at most `max_tp`, 0 if none: the bounds depend on
         a TP cap only through it."""
         degrees = self._tp_degrees
@@ -173,13 +173,13 @@ class Bounds(Incumbent):
         whatever its bytes. Where the rings must cross zones (or regions), only links that
         cross count: a stage of D replicas needs at least D x (least TP) devices, so when no
         zone has that many every stage's ring crosses zones, and when the zones cannot hold
-        P such stages whole at least one does (`_sync_terms`). Without `whole_ring`, the
-        latency terms alone (`_range_sync`)."""
+        P such stages whole at least one does (`sync_terms`). Without `whole_ring`, the
+        latency terms alone (`range_sync`)."""
         if dp < 2:
             return 0.0
         terms = self._sync_rings.get(dp)
         if terms is None:
-            terms = self._sync_rings[dp] = self._sync_terms(dp)
+            terms = self._sync_rings[dp] = self.sync_terms(dp)
         whole, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
         some = (
             region_latency
@@ -191,7 +191,7 @@ class Bounds(Incumbent):
         # two arguments at a time, which a compiled build inlines (setup.py)
         return max(max(whole / stages if whole_ring else 0.0, latency), some)
 
-    def _range_sync(self, stages: int, dp: int) -> float:
+    def range_sync(self, stages: int, dp: int) -> float:
         """A lower bound on `sync_bound(stages, D)` at every D >= `dp`. Its terms never fall
         as D grows: 2 (D - 1) link latencies, and the zones and regions hold fewer stages
         of D replicas; on flat-curve links a ring of D ranks takes 2 (D - 1) (latency +
@@ -208,18 +208,18 @@ class Bounds(Incumbent):
                     max(model.kinds[a].tp, model.kinds[b].tp),
                 )[1]
                 is FLAT
-                for a, b, _, _ in self._distinct_rings()
+                for a, b, _, _ in self.distinct_rings()
             )
         return self.sync_bound(stages, dp, whole_ring=self._flat_links)
 
-    def _sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
+    def sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
         every stage's ring must cross; how many stages of D x (least TP) devices the zones,
         and the regions, hold whole; the least ring latency across zones and across
         regions."""
         whole = (0, self.model.blocks, True, True)
         least = [(math.inf, math.inf)] * 3
-        for a, b, level, latency in self._ring_frontier():
+        for a, b, level, latency in self.ring_frontier():
             ring = self.model.ring(a, b, whole, dp)
             for at in range(level + 1):
                 w, lat = least[at]
@@ -230,7 +230,7 @@ class Bounds(Incumbent):
         held = (sum(u // need for u in zones), sum(u // need for u in regions))
         return (*least[every], held, (least[1][1], least[2][1]))
 
-    def _distinct_rings(self) -> list[tuple[int, int, int, float]]:
+    def distinct_rings(self) -> list[tuple[int, int, int, float]]:
         """One kind pair per distinct ring, with the locality level its link crosses (0 in
         a zone, 1 between zones of a region, 2 between regions) and the link's latency: a
         ring depends on the two kinds only through their link (with its curve and NIC), the
@@ -256,17 +256,17 @@ class Bounds(Incumbent):
             self._ring_pairs = list(seen.values())
         return self._ring_pairs
 
-    def _ring_frontier(self) -> list[tuple[int, int, int, float]]:
-        """`_distinct_rings` less those another one at the same or a farther locality level
+    def ring_frontier(self) -> list[tuple[int, int, int, float]]:
+        """`distinct_rings` less those another one at the same or a farther locality level
         beats at every D: on flat-curve links a ring over D ranks takes 2 (D - 1) (latency
         + bytes / (D x rate)), so a link with no more latency and no more bytes per rate is
-        never slower, and `_sync_terms` takes it for every level it takes the other one
+        never slower, and `sync_terms` takes it for every level it takes the other one
         (each least is over the links crossing at least that level)."""
         if self._frontier is None:
             model = self.model
             whole = (0, model.blocks, True, True)
             terms: list[tuple[float, float] | None] = []
-            rings = self._distinct_rings()
+            rings = self.distinct_rings()
             for a, b, _, _ in rings:
                 ka, kb = model.kinds[a], model.kinds[b]
                 flows = max(ka.tp, kb.tp)
@@ -316,8 +316,8 @@ class Bounds(Incumbent):
         for dp in range(first, last + 1):
             max_tp = (devices - reserved * dp) // dp
             if max_tp < cap or cap < 0:
-                cap = self._tp_cap(max_tp)
-                fill, static, lines, send = self._period_terms(mbs, stages, max_tp)
+                cap = self.tp_cap(max_tp)
+                fill, static, lines, send = self.period_terms(mbs, stages, max_tp)
             straggler = static
             for slope, at_zero in lines:
                 if slope * dp + at_zero > straggler:
@@ -356,19 +356,19 @@ class Bounds(Incumbent):
         device-seconds, with F and Y at their lower bounds, at the cheapest price."""
         return self._cheapest * dp * self._min_tp * ((stages - 1) * fill + stages * sync)
 
-    def _least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
+    def least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
         one of P stages holds ceil(L / P) blocks, and its slowest kind takes at least this."""
-        tp = self._tp_cap(max_tp)
+        tp = self.tp_cap(max_tp)
         key = (mbs, tp, blocks)
         window = self._least_windows.get(key)
         if window is None:
             kinds = [k for k in self.model.kinds if k.tp <= tp] or list(self.model.kinds)
-            window = min(self._window((k.index,), mbs, blocks) for k in kinds)
+            window = min(self.window((k.index,), mbs, blocks) for k in kinds)
             self._least_windows[key] = window
         return window
 
-    def _period_terms(
+    def period_terms(
         self, mbs: int, stages: int, max_tp: int
     ) -> tuple[float, float, tuple[tuple[float, float], ...], float]:
         """(F_lb, the straggler floor that does not depend on D, lines (a, b) with S >= a D +
@@ -384,14 +384,14 @@ class Bounds(Incumbent):
         affordable TP where a stage mixes TP degrees), so sum g_i x sends_i >= s (2 sum g_i
         - 2 D TP_max), and where W > 2 s TP_max also S >= D (W - 2 s TP_max) / G_eff + 2 s
         (falling in sum g_i, so least at G_eff)."""
-        tp = self._tp_cap(max_tp)
+        tp = self.tp_cap(max_tp)
         terms = self._periods.get((mbs, stages, tp))
         if terms is None:
-            fill, worst_layer, work, free = self._terms(mbs, max_tp)
-            send = self._least_send(mbs) if stages > 1 else 0.0
+            fill, worst_layer, work, free = self.terms(mbs, max_tp)
+            send = self.least_send(mbs) if stages > 1 else 0.0
             fill += 2 * (stages - 1) * send
             blocks = -(-self.model.blocks // stages)
-            window = self._least_window(mbs, max_tp, blocks)
+            window = self.least_window(mbs, max_tp, blocks)
             static = max(fill / stages, worst_layer + send, window + send)
             lines: tuple[tuple[float, float], ...] = ()
             if free > 0:
@@ -403,7 +403,7 @@ class Bounds(Incumbent):
             self._periods[mbs, stages, tp] = terms
         return terms
 
-    def _least_send(self, mbs: int) -> float:
+    def least_send(self, mbs: int) -> float:
         """The least time a microbatch's activations take between any two pools (one pool
         with itself included): every boundary's s_i is at least this."""
         send = self._least_sends.get(mbs)
@@ -414,11 +414,11 @@ class Bounds(Incumbent):
             self._least_sends[mbs] = send
         return send
 
-    def _terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
+    def terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
         """(fill, slowest layer, least device-seconds of the model, G_eff with nothing used)
         for `shape_bounds`, cached: the first two depend on the TP cap only through the
         largest TP degree under it."""
-        tp = self._tp_cap(max_tp)
+        tp = self.tp_cap(max_tp)
         terms = self._shape_terms.get((mbs, tp))
         if terms is None:
             prefix = self.layer_best(mbs, max_tp)
@@ -452,6 +452,9 @@ class Bounds(Incumbent):
         return cost
 
     def objective_bound(self, t: float, rate: float) -> float:
+        """The objective of a candidate whose iteration time is at least `t` and rental rate at
+        least `rate` (USD per second) is at least this: the time, or for min_cost time x rate
+        (both factors are lower bounds of non-negative numbers)."""
         if self.objective == "max_throughput":
             return t
         return t * rate
@@ -462,27 +465,26 @@ class Bounds(Incumbent):
             return True
         return self.budget is not None and t * rate + egress > self.budget
 
-    def _may_win(self, mbs: int, stages: int, dp: int) -> bool:
+    def may_win(self, mbs: int, stages: int, dp: int) -> bool:
         """The stage-cover check (`cover.StageCover`) at the largest straggler with which
         the shape could still beat the incumbent (or meet the throughput floor): F_lb +
-        (m - 1) S + Y_lb within it, with the shape bound's F_lb and Y_lb. For max_throughput
-        on one device type only, where it pays: under min_cost the floor's straggler rarely
-        binds (13 of 252 shapes dropped on the bench's min-cost scenario, for 10% of its
-        time), and with several device types no single weighting sees their quotas at once,
-        so it drops few shapes that the profile pairs would not drop as cheaply (measured on
-        the bench's 32 A100 + 96 V100: 0.129-0.145 s without it, 0.146-0.171 s with it). On
-        128 A100 alone it leaves 60 of 361 shapes to search."""
+        (m - 1) S + Y_lb within it, with the shape bound's F_lb and Y_lb. A relaxation (each
+        stage's kinds on the convex hull of blocks over devices), so a shape it turns away
+        has no candidate under that straggler. For max_throughput on one device type only:
+        under min_cost the floor's straggler rarely binds, and with several device types no
+        single weighting sees their quotas at once (what it saves: docs/planner.md, The
+        search)."""
         m1 = -(-(self.model.batch // mbs) // dp) - 1
-        if m1 < 1 or self.objective != "max_throughput" or not self._cover.one_device:
+        if m1 < 1 or self.objective != "max_throughput" or not self.cover.one_device:
             return True
         limit = self.bound()
         if self.time_cap is not None and self.time_cap < limit:
             limit = self.time_cap
         if limit == math.inf:
             return True
-        fill, _, _, send = self._period_terms(mbs, stages, self.affordable_tp(stages, dp))
+        fill, _, _, send = self.period_terms(mbs, stages, self.affordable_tp(stages, dp))
         ceiling = (limit - fill - self.sync_bound(stages, dp)) / m1 - send
-        return self._cover.may_run_under(mbs, stages, dp, ceiling)
+        return self.cover.may_run_under(mbs, stages, dp, ceiling)
 
     def _groups(self) -> list[tuple[float, int, int]]:
         """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
@@ -509,7 +511,7 @@ class Bounds(Incumbent):
     def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:
         """A lower bound on `shape_bounds(mbs, stages, last, first)` at every D, in O(1):
         the terms at D = first (the largest affordable TP, so the least fill and straggler
-        floor), the sync of every D from first on (`_range_sync`), and (ceil(T / D) - 1)
+        floor), the sync of every D from first on (`range_sync`), and (ceil(T / D) - 1)
         max(s, c D) at least both (T / D - 1) max(s, c D), which falls as D grows
         (s (T / D - 1) below the knee, c (T - D) above it), taken at D = last, and
         (ceil(T / last) - 1) max(s, c first). For cost, t D >= F D + (T - D) s is linear in
@@ -519,7 +521,7 @@ class Bounds(Incumbent):
         if last < first:
             return math.inf
         total = self.model.batch // mbs
-        fill, static, lines, send = self._period_terms(
+        fill, static, lines, send = self.period_terms(
             mbs, stages, self.affordable_tp(stages, first)
         )
         t = (
@@ -530,7 +532,7 @@ class Bounds(Incumbent):
                 (-(-total // last) - 1)
                 * max(static, *(slope * first + at_zero for slope, at_zero in lines)),
             )
-            + self._range_sync(stages, first)
+            + self.range_sync(stages, first)
         )
         if self.time_cap is not None and t > self.time_cap:
             return math.inf
@@ -548,7 +550,7 @@ class Bounds(Incumbent):
             return math.inf
         return t if self.objective == "max_throughput" else cost
 
-    def _window(self, option: Option, mbs: int, blocks: int) -> float:
+    def window(self, option: Option, mbs: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on the option: of P stages one holds
         at least ceil(L / P) blocks, so the straggler is at least this on its option."""
         kind = option[0]
@@ -562,10 +564,9 @@ class Bounds(Incumbent):
         return window
 
     def _windows_of(self, kind: int, mbs: int) -> list[float]:
-        """The `_window`s of the kind by number of blocks, -1 until asked for, one list per
+        """The `window`s of the kind by number of blocks, -1 until asked for, one list per
         device, TP and microbatch size, on which a kind's times alone depend: the bounds
-        ask for windows of a few block counts on every host, tens of thousands of times on
-        the bench's five zones."""
+        ask for windows of a few block counts on every host, again and again."""
         key = (kind, mbs)
         windows = self._windows.get(key)
         if windows is None:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from hetc.costmodel.planning import Assignment, PlanningModel
+from hetc.costmodel.planning import Assignment
 from hetc.solver.search.bounds import Bounds
-from hetc.solver.search.incumbent import SearchOptions
 
 EXACT_COUNT_SPLITS = 20_000
 """Most count splits the exact leaf programme enumerates; only large mixed stages exceed it."""
@@ -20,13 +19,10 @@ EXACT_COUNT_SPLITS = 20_000
 class Counts(Bounds):
     """The least-rate replica counts of a leaf's kind sets."""
 
-    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
-        super().__init__(model, options)
-
     def cheapest_counts(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
         """Replica counts for the kind sets with the least rental rate inside every quota and
         max_gpus, or None if none fit. Exact (`_counts_by_dp`) while the splits of the mixed
-        stages number at most EXACT_COUNT_SPLITS; beyond, `_counts_greedy`, which first sets
+        stages number at most EXACT_COUNT_SPLITS; beyond, `counts_greedy`, which first sets
         aside one replica per kind of every stage, then fills already-rented devices first,
         then the cheapest pool per device."""
         splits = 1
@@ -34,10 +30,15 @@ class Counts(Bounds):
             splits *= math.comb(dp - 1, len(combo) - 1)
             if splits > EXACT_COUNT_SPLITS:
                 self.greedy_counts += 1
-                return self._counts_greedy(sets, dp)
+                return self.counts_greedy(sets, dp)
         return self._counts_by_dp(sets, dp)
 
-    def _counts_greedy(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
+    def counts_greedy(self, sets: Sequence[tuple[int, ...]], dp: int) -> Assignment | None:
+        """Replica counts for the kind sets inside every quota, or None where this greedy finds
+        none: one replica per kind of each stage first, then each further replica on the kind
+        that rents no new node (a rented node's spare devices), else the cheapest node. Not
+        least-rate in general (`cheapest_counts` uses it only where the exact programme would
+        enumerate too many splits); every count it returns fits the quotas."""
         model = self.model
         used = [0] * len(model.pools)
         for combo in sets:

@@ -81,9 +81,6 @@ wider one split in two under their own bounds (`Search._pop_shape`)."""
 class Search(Stripes):
     """The whole search: the best-first order over shapes, over every concept below."""
 
-    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
-        super().__init__(model, options)
-
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
@@ -262,7 +259,7 @@ class Search(Stripes):
         if "kind-profiles" in self.approx:
             self.profiles(mbs, stages, dp)
             return self._found()
-        if not self._may_win(mbs, stages, dp):
+        if not self.may_win(mbs, stages, dp):
             return None
         self._memo = {}
         state = _Partial(
@@ -312,9 +309,8 @@ def _collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector, restoring its state after. The search
     allocates millions of short-lived tuples, all freed by reference counting; every 700
     allocations the collector would scan the young objects, and every so often every object
-    the process holds (its libraries' included), for cycles the search does not make. On
-    the bench that scanning is 5-20% of the search's time; peak memory is unchanged (40
-    MiB on the budget scenario either way)."""
+    the process holds (its libraries' included), for cycles the search does not make
+    (what that costs: docs/planner.md, The search)."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -218,6 +218,8 @@ class Exact(Counts):
         return False
 
     def leaf(self, state: _Partial) -> None:
+        """Score a complete candidate: its least-rate counts (`cheapest_counts`), the planning
+        model's estimate, and `offer` if it is feasible and rents every `must_use` pool."""
         model = self.model
         self.evaluations += 1
         self._check_limits()

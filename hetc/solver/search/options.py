@@ -61,11 +61,11 @@ class Options(Exact):
         return keep
 
     def option_time(self, option: tuple[int, ...], mbs: int, first: int, end: int) -> float:
+        """The planning model's compute time of blocks first..end on a stage whose replicas run
+        the kinds `option` (the slowest of them: `PlanningModel.stage_compute`)."""
         return self.model.stage_compute(option, mbs, first, end)
 
-    def _option_speeds(
-        self, mbs: int
-    ) -> tuple[dict[tuple[int, ...], float], list[tuple[int, ...]]]:
+    def option_speeds(self, mbs: int) -> tuple[dict[tuple[int, ...], float], list[tuple[int, ...]]]:
         """Each option's whole-model time at `mbs`, and the options slowest first."""
         cached = self._speeds.get(mbs)
         if cached is None:
@@ -75,12 +75,12 @@ class Options(Exact):
             self._speeds[mbs] = cached
         return cached
 
-    def _hosts(self, mbs: int, dp: int) -> list[Option]:
+    def hosts(self, mbs: int, dp: int) -> list[Option]:
         """The options with room for one stage of D replicas, slowest first."""
         key = (mbs, dp)
         hosts = self._host_lists.get(key)
         if hosts is None:
-            hosts = [o for o in self._option_speeds(mbs)[1] if self._option_stages(o, dp) >= 1]
+            hosts = [o for o in self.option_speeds(mbs)[1] if self._option_stages(o, dp) >= 1]
             self._host_lists[key] = hosts
         return hosts
 

@@ -15,13 +15,13 @@ from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.zones import Zones, _mirrored
 
 
-class _Pair(NamedTuple):
+class Pair(NamedTuple):
     """What the bounds of every profile over two options need, apart from P and D."""
 
     slow: Option
     fast: Option
     share: float
-    """`Pairs._work_share` of the two."""
+    """`Pairs.work_share` of the two."""
     speed_slow: float
     speed_fast: float
     send_ss: float
@@ -38,33 +38,33 @@ class _Pair(NamedTuple):
     """Every layer on the faster of the two (`Pairs._pair_fill`)."""
 
 
-class _PairAt(NamedTuple):
-    """A row of `Pairs._pairs`: a pair, and what its profiles' bounds need at D apart
+class PairAt(NamedTuple):
+    """A row of `Pairs.pairs`: a pair, and what its profiles' bounds need at D apart
     from P. A row holds its pair rather than a copy of its fields: a table is built for
     every (m, D) a shape reaches."""
 
-    pair: _Pair
+    pair: Pair
     ring_slow: float
     ring_fast: float
-    """One block's ring at D on each (`Zones._block_ring`)."""
+    """One block's ring at D on each (`Zones.block_ring`)."""
     ring_egress_slow: float
     ring_egress_fast: float
     most_stages: int
     """At least the most stages of D replicas a profile over the two fits in the quotas
-    (`_most_stages`)."""
+    (`most_stages`)."""
 
 
-class _BuiltAsRead:
+class BuiltAsRead:
     """A table read from the top that builds its rows only as far as it is read: a reader
     goes over the rows built so far, then draws new ones from the source."""
 
     __slots__ = ("_built", "_source")
 
-    def __init__(self, source: Iterator[_PairAt]) -> None:
-        self._built: list[_PairAt] = []
+    def __init__(self, source: Iterator[PairAt]) -> None:
+        self._built: list[PairAt] = []
         self._source = source
 
-    def __iter__(self) -> Iterator[_PairAt]:
+    def __iter__(self) -> Iterator[PairAt]:
         built = self._built
         yield from built
         for row in self._source:
@@ -72,14 +72,14 @@ class _BuiltAsRead:
             yield row
 
 
-def _first(entry: tuple[int, _Pair]) -> int:
+def _first(entry: tuple[int, Pair]) -> int:
     """The sort key of a pair table's (most stages, row) entries."""
     return entry[0]
 
 
-def _most_stages(dp: int, same: bool, sizes: tuple[int, int, int, int, int]) -> int:
-    """At least the largest P for which `Splits._run_lengths` has some n, from the pair's
-    `Pairs._pair_sizes`: its conditions at the n that favours each (n stages of the slow
+def most_stages(dp: int, same: bool, sizes: tuple[int, int, int, int, int]) -> int:
+    """At least the largest P for which `Splits.run_lengths` has some n, from the pair's
+    `Pairs.pair_sizes`: its conditions at the n that favours each (n stages of the slow
     option and P - n of the fast one fit their pools, so P <= S_slow + S_fast;
     n (w_slow - w_fast) + P w_fast <= both, least at n = 1 or n = P - 1), with w = D x TP.
     Feasibility only shrinks as P grows, so a shape of more stages than this has no
@@ -103,85 +103,84 @@ class Pairs(Zones):
 
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
         super().__init__(model, options)
-        self._send = cache(model.send_between)
+        self.send = cache(model.send_between)
         """The planning model's sends and boundary egress between two options, cached: the
         profile bounds and every split ask for the same few pairs again and again."""
         self._boundary_egress = cache(model.boundary_egress)
         self._shares: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
         self._classes: dict[tuple[Option, ...], tuple[tuple[str, int], ...]] = {}
         self._fills: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
-        self._pair_tables: dict[tuple[int, int, bool], _BuiltAsRead] = {}
-        self._pair_constants: dict[int, list[_Pair]] = {}
-        self._sized_rows: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
-        self._cost_ordered: dict[int, list[tuple[_Pair, tuple[int, int, int, int, int]]]] = {}
-        self._cost_tables: dict[tuple[int, int, bool], _BuiltAsRead] = {}
+        self._pair_tables: dict[tuple[int, int, bool], BuiltAsRead] = {}
+        self._pair_constants: dict[int, list[Pair]] = {}
+        self._sized_rows: dict[int, list[tuple[Pair, tuple[int, int, int, int, int]]]] = {}
+        self._cost_ordered: dict[int, list[tuple[Pair, tuple[int, int, int, int, int]]]] = {}
+        self._cost_tables: dict[tuple[int, int, bool], BuiltAsRead] = {}
         self._all_share: dict[int, float] = {}
-        """`_work_share` of every option, by microbatch size."""
+        """`work_share` of every option, by microbatch size."""
 
     def _model_share(self, mbs: int) -> float:
-        """`_work_share` over every option, cached."""
+        """`work_share` over every option, cached."""
         share = self._all_share.get(mbs)
         if share is None:
-            share = self._all_share[mbs] = self._work_share(tuple(self._option_speeds(mbs)[0]), mbs)
+            share = self._all_share[mbs] = self.work_share(tuple(self.option_speeds(mbs)[0]), mbs)
         return share
 
-    def _pairs(self, mbs: int, dp: int, alone: bool = False) -> Iterable[_PairAt]:
+    def pairs(self, mbs: int, dp: int, alone: bool = False) -> Iterable[PairAt]:
         """Per (slow, fast) pair of hosts (slow first, fast = slow for one-option profiles)
-        what its profiles' bounds need and does not depend on P (`_PairAt`); with `alone`,
+        what its profiles' bounds need and does not depend on P (`PairAt`); with `alone`,
         the one-option rows only (a single stage has no room for two), built on their own:
         shapes of one stage come at many D that no deeper shape reads. For time, the
         pairs that fit the most stages come first, so a shape of P stages reads only the
         rows that may fit P; for cost, the least W x pass price first, so a shape stops at
         the first row whose cost floor is sure to exceed the incumbent's (`profiles`).
-        Either way a table is built only as far as a shape reads it (`_BuiltAsRead`), with
-        each option's rings at D computed when a row first needs them: on the bench's five
-        zones the shapes read 1,883 of 4,442 rows, and its min-cost scans a third of
-        theirs. Every row fits a stage (`_most_stages` >= 1): each option hosts one, and
-        two together fit whichever is wider."""
+        Either way a table is built only as far as a shape reads it (`BuiltAsRead`), with
+        each option's rings at D computed when a row first needs them (docs/planner.md,
+        Speed, says how few rows the shapes read). Every row fits a stage (`most_stages`
+        >= 1): each option hosts one, and two together fit whichever is wider."""
         key = (mbs, dp, alone)
         if self.objective == "min_cost":
             table = self._cost_tables.get(key)
             if table is None:
-                table = self._cost_tables[key] = _BuiltAsRead(self._cost_rows(mbs, dp, alone))
+                table = self._cost_tables[key] = BuiltAsRead(self._cost_rows(mbs, dp, alone))
             return table
         pairs = self._pair_tables.get(key)
         if pairs is None:
-            ordered = list(self._hosted_rows(self._pair_rows_sized(mbs), mbs, dp, alone))
+            ordered = list(self._hosted_rows(self.pair_rows_sized(mbs), mbs, dp, alone))
             # most stages first; reverse keeps a stable sort's order among ties
             ordered.sort(key=_first, reverse=True)
-            pairs = self._pair_tables[key] = _BuiltAsRead(self._with_rings(ordered, dp))
+            pairs = self._pair_tables[key] = BuiltAsRead(self._with_rings(ordered, dp))
         return pairs
 
-    def _cost_rows(self, mbs: int, dp: int, alone: bool) -> Iterator[_PairAt]:
-        """The rows of `_pairs` at (m, D) for cost, in its order, each built when read:
+    def _cost_rows(self, mbs: int, dp: int, alone: bool) -> Iterator[PairAt]:
+        """The rows of `pairs` at (m, D) for cost, in its order, each built when read:
         the rows of every pair at m sorted once by W x pass price (stably, so ties keep the
         order a sort of each table gave them), those whose options host a stage at D and
         fit a stage, with their rings at D."""
         ordered = self._cost_ordered.get(mbs)
         if ordered is None:
-            ordered = sorted(self._pair_rows_sized(mbs), key=lambda r: r[0].share * r[0].per_pass)
+            ordered = sorted(self.pair_rows_sized(mbs), key=lambda r: r[0].share * r[0].per_pass)
             self._cost_ordered[mbs] = ordered
         return self._with_rings(self._hosted_rows(ordered, mbs, dp, alone), dp)
 
     def _hosted_rows(
         self,
-        rows: Iterable[tuple[_Pair, tuple[int, int, int, int, int]]],
+        rows: Iterable[tuple[Pair, tuple[int, int, int, int, int]]],
         mbs: int,
         dp: int,
         alone: bool,
-    ) -> Iterator[tuple[int, _Pair]]:
-        """The rows of `_pair_rows_sized` whose options both host a stage at D (with
-        `alone`, the one-option rows only), each with its `_most_stages` at D: the rows of
-        the tables of `_pairs`, in the order given."""
-        hosts = set(self._hosts(mbs, dp))
+    ) -> Iterator[tuple[int, Pair]]:
+        """The rows of `pair_rows_sized` whose options both host a stage at D (with
+        `alone`, the one-option rows only), each with its `most_stages` at D: the rows of
+        the tables of `pairs`, in the order given."""
+        hosts = set(self.hosts(mbs, dp))
         for row, sizes in rows:
             slow, fast = row[0], row[1]
             if (not alone or slow == fast) and slow in hosts and fast in hosts:
-                yield _most_stages(dp, slow == fast, sizes), row
+                yield most_stages(dp, slow == fast, sizes), row
 
-    def _with_rings(self, rows: Iterable[tuple[int, _Pair]], dp: int) -> Iterator[_PairAt]:
-        """Each row of `_pair_rows` with its most stages at D, and its options' one-block
-        rings and their egress at D (`_block_ring`, `_block_egress`), worked out per option
+    def _with_rings(self, rows: Iterable[tuple[int, Pair]], dp: int) -> Iterator[PairAt]:
+        """Each row of `pair_rows` with its most stages at D, and its options' one-block
+        rings and their egress at D (`block_ring`, `block_egress`), worked out per option
         the first time a row needs them."""
         at_dp: dict[Option, tuple[float, float]] = {}
         make = tuple.__new__
@@ -189,22 +188,22 @@ class Pairs(Zones):
             slow, fast = row[0], row[1]
             for option in (slow, fast):
                 if option not in at_dp:
-                    at_dp[option] = (self._block_ring(option, dp), self._block_egress(option, dp))
+                    at_dp[option] = (self.block_ring(option, dp), self.block_egress(option, dp))
             ring_s, egress_s = at_dp[slow]
             ring_f, egress_f = at_dp[fast]
-            yield make(_PairAt, (row, ring_s, ring_f, egress_s, egress_f, most))
+            yield make(PairAt, (row, ring_s, ring_f, egress_s, egress_f, most))
 
-    def _pair_rows_sized(self, mbs: int) -> list[tuple[_Pair, tuple[int, int, int, int, int]]]:
-        """`_pair_rows`, each with its `_pair_sizes`: the tables of `_pairs` are rebuilt
+    def pair_rows_sized(self, mbs: int) -> list[tuple[Pair, tuple[int, int, int, int, int]]]:
+        """`pair_rows`, each with its `pair_sizes`: the tables of `pairs` are rebuilt
         for every (m, D) from these."""
         sized = self._sized_rows.get(mbs)
         if sized is None:
-            sized = [(row, self._pair_sizes(row.slow, row.fast)) for row in self._pair_rows(mbs)]
+            sized = [(row, self.pair_sizes(row.slow, row.fast)) for row in self.pair_rows(mbs)]
             self._sized_rows[mbs] = sized
         return sized
 
-    def _pair_sizes(self, slow: Option, fast: Option) -> tuple[int, int, int, int, int]:
-        """What `_most_stages` reads of a pair of options: (TP slow, TP fast, the devices
+    def pair_sizes(self, slow: Option, fast: Option) -> tuple[int, int, int, int, int]:
+        """What `most_stages` reads of a pair of options: (TP slow, TP fast, the devices
         the slow option's pools hold, the fast one's, both together), each within
         max_gpus where one option is both (`_option_stages`, `_rooms`)."""
         kinds = self.model.kinds
@@ -213,16 +212,16 @@ class Pairs(Zones):
             room_s = min(room_s, self.total_devices)
         return kinds[slow[0]].tp, kinds[fast[0]].tp, room_s, room_f, both
 
-    def _pair_rows(self, mbs: int) -> list[_Pair]:
-        """The part of `_pairs` that depends on the microbatch size alone, for every pair of
+    def pair_rows(self, mbs: int) -> list[Pair]:
+        """The part of `pairs` that depends on the microbatch size alone, for every pair of
         options, slowest first, less the mirror images of pairs that come first
-        (`_zone_swaps`) and pairs that cannot rent every pool the search must use
-        (`_may_use_forced`)."""
+        (`zone_swaps`) and pairs that cannot rent every pool the search must use
+        (`may_use_forced`)."""
         rows = self._pair_constants.get(mbs)
         if rows is None:
-            speed, ordered = self._option_speeds(mbs)
+            speed, ordered = self.option_speeds(mbs)
             rows = []
-            swaps = self._zone_swaps()
+            swaps = self.zone_swaps()
             listed = {(slow, fast) for x, slow in enumerate(ordered) for fast in ordered[x:]}
             for x, slow in enumerate(ordered):
                 for fast in ordered[x:]:
@@ -230,18 +229,18 @@ class Pairs(Zones):
                     moving = sorted({*self._moving_swaps(slow), *self._moving_swaps(fast)})
                     if moving and _mirrored(both, listed, [swaps[i] for i in moving]):
                         continue
-                    if not self._may_use_forced(slow, fast):
+                    if not self.may_use_forced(slow, fast):
                         continue
                     rows.append(
-                        _Pair(
+                        Pair(
                             slow,
                             fast,
-                            self._work_share(both, mbs),
+                            self.work_share(both, mbs),
                             speed[slow],
                             speed[fast],
-                            self._send(slow, slow, mbs),
-                            self._send(slow, fast, mbs),
-                            self._send(fast, fast, mbs),
+                            self.send(slow, slow, mbs),
+                            self.send(slow, fast, mbs),
+                            self.send(fast, fast, mbs),
                             self._boundary_egress(slow, slow, mbs),
                             self._boundary_egress(slow, fast, mbs),
                             self._boundary_egress(fast, fast, mbs),
@@ -253,7 +252,7 @@ class Pairs(Zones):
             self._pair_constants[mbs] = rows
         return rows
 
-    def _may_use_forced(self, slow: Option, fast: Option) -> bool:
+    def may_use_forced(self, slow: Option, fast: Option) -> bool:
         """Whether the two options draw on every pool the search must use (`must_use`, as
         `--explain` asks): a profile rents only its options' pools, and a leaf renting none
         of a forced pool is thrown away, so other pairs need no bound at all."""
@@ -284,7 +283,7 @@ class Pairs(Zones):
             self._classes[key] = classes
         return classes
 
-    def _work_share(self, options: Sequence[Option], mbs: int) -> float:
+    def work_share(self, options: Sequence[Option], mbs: int) -> float:
         """W = sum over layers of min over `options` of (the layer's time / the option's
         whole-model time) <= 1. A stage's time over its option's whole-model time is at
         least its layers' share of W, so sum_i t_i / speed_i >= W for any split: with
@@ -295,7 +294,7 @@ class Pairs(Zones):
             if len(key[0]) == 1:
                 share = 1.0
             else:
-                speed, _ = self._option_speeds(mbs)
+                speed, _ = self.option_speeds(mbs)
                 prefixes = [(self._time_prefix(o[0], mbs), speed[o]) for o in set(options)]
                 share = sum(
                     (

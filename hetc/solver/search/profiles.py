@@ -4,25 +4,25 @@ How `kind-profiles` searches its own space without losing anything of it (tested
 the same space enumerated with no pruning, tests/test_solver_profiles.py): a profile is a
 slow option on the first n stages and a fast one on the rest. With several device types,
 the D of each (m, P) stop where no pair of options could hold its stages in memory within
-the quotas, each stage whole on one option (`reach._profile_last`). Per shape, a Lagrangian
+the quotas, each stage whole on one option (`reach.profile_last`). Per shape, a Lagrangian
 dual of the linear relaxation bounds sum_i 1 / speed_i over every quota-feasible profile
-(`splits._most_capacity`), and with the least time of ceil(L / P) consecutive blocks (one
+(`splits.most_capacity`), and with the least time of ceil(L / P) consecutive blocks (one
 stage holds that many) bounds the straggler; for min_cost and budgets a cost floor follows
 from the same terms. Per pair of options, the feasible n form an interval by Hall's
-condition on the pools they draw from (`splits._run_lengths`), cut further in closed form
-by the incumbent (`splits._within`); feasibility only shrinks as P grows, so a shape reads
+condition on the pools they draw from (`splits.run_lengths`), cut further in closed form
+by the incumbent (`splits.within`); feasibility only shrinks as P grows, so a shape reads
 the pairs listed by the most stages they may fit and stops at the first that cannot fit it
 (for min_cost, listed by their least cost per pass, it stops at the first whose cost floor
 exceeds the incumbent; the tables: `pairs`). Where P x D devices cannot stay inside two
 zones, every profile has an option spanning zones, and its stages ring across them: the
 shape's bound adds the least such ring an option that fits the shape pays
-(`zones._zone_rings`). Per profile, the bound adds its own sends both ways, the ring of its
-widest stage and of its first and last stage (`zones._end_ring`), its egress and its least
+(`zones.zone_rings`). Per profile, the bound adds its own sends both ways, the ring of its
+widest stage and of its first and last stage (`zones.end_ring`), its egress and its least
 rental rate; profiles are then split and scored in order of that bound. The split first
 tries the largest straggler that could still win (`splits._straggler_ceiling`): one greedy
 fill rejects most profiles. Of a pair of options and its mirror image under a swap of two
-identical zones, only the earlier is searched (`zones._zone_swaps`): the two score the same;
-with `must_use`, only pairs drawing on every forced pool (`pairs._may_use_forced`). Before
+identical zones, only the earlier is searched (`zones.zone_swaps`): the two score the same;
+with `must_use`, only pairs drawing on every forced pool (`pairs.may_use_forced`). Before
 the profiles, plans outside their space seed the incumbent: where a region holds one device
 in three zones or more, each stage in its own zone (`stripes`), which two options per
 pipeline cannot express.
@@ -32,10 +32,9 @@ from __future__ import annotations
 
 import math
 
-from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.costmodel.planning import Shape
 from hetc.solver.search.bounds import Option
 from hetc.solver.search.exact import _Partial
-from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.reach import Reach
 
 CUT_SLACK = 1 + 1e-9
@@ -46,13 +45,10 @@ differently, so an exact tie must not end the scan one row early."""
 class Profiles(Reach):
     """The `kind-profiles` enumerator."""
 
-    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
-        super().__init__(model, options)
-
     def profiles(self, mbs: int, stages: int, dp: int) -> None:
         """`kind-profiles`: a profile is a slower option on the first n stages and a faster
         one on the rest (n = P: one option). The shape is dropped at once when its fill with
-        the least sends and its least straggler (`_least_straggler`), or its cost floor,
+        the least sends and its least straggler (`least_straggler`), or its cost floor,
         cannot beat the incumbent. Each profile then gets a lower bound: the fill of every
         layer on the faster of its options plus its own sends both ways; (m - 1) times its
         straggler floor, the larger of (W + sends / speed) / sum_i(1 / speed_i) and the
@@ -66,19 +62,19 @@ class Profiles(Reach):
         fill_lb = self.layer_best(mbs, self.affordable_tp(stages, dp))[-1]
         throughput = self.objective == "max_throughput"
         bound = self.bound()
-        hosts = self._hosts(mbs, dp)
+        hosts = self.hosts(mbs, dp)
         if not hosts:
             return
         sync_lb = self.sync_bound(stages, dp)
         if self._zone_split()[2]:
-            sync_lb = max(sync_lb, self._zone_rings(stages, dp))
+            sync_lb = max(sync_lb, self.zone_rings(stages, dp))
         largest = -(-model.blocks // stages)
         if throughput:
-            sends = 2 * (stages - 1) * self._least_send(mbs)
-            straggler = self._least_straggler(mbs, stages, dp)
+            sends = 2 * (stages - 1) * self.least_send(mbs)
+            straggler = self.least_straggler(mbs, stages, dp)
             if fill_lb + sends + m1 * straggler + sync_lb > bound:
                 return
-        if not self._may_win(mbs, stages, dp):
+        if not self.may_win(mbs, stages, dp):
             return
         costly = not throughput or self.budget is not None
         if costly:
@@ -97,7 +93,7 @@ class Profiles(Reach):
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
-        for row in self._pairs(mbs, dp, stages == 1):
+        for row in self.pairs(mbs, dp, stages == 1):
             pair, ring_s, ring_f, r_s, r_f, most = row
             if most < stages:
                 if throughput:
@@ -134,29 +130,29 @@ class Profiles(Reach):
                 ring = ring_s if ring_s > ring_f else ring_f
                 room = limit - fill - (ring if ring > sync_lb else sync_lb)
                 passes = m1 * share
-                # `_within` at the most capacity any n has (n = 1, or P for one option),
+                # `within` at the most capacity any n has (n = 1, or P for one option),
                 # with room for rounding: most pairs end here, before their run lengths
                 if passes > 0 and passes * (1 - 2e-9) > room * (
                     stages / sp_f - 1 / sp_f + 1 / sp_s
                 ):
                     continue
-                lengths = self._within(
-                    self._run_lengths(slow, fast, stages, dp), stages, room, passes, sp_s, sp_f
+                lengths = self.within(
+                    self.run_lengths(slow, fast, stages, dp), stages, room, passes, sp_s, sp_f
                 )
             else:
-                lengths = self._run_lengths(slow, fast, stages, dp)
+                lengths = self.run_lengths(slow, fast, stages, dp)
             if not lengths:
                 continue
-            widest = self._block_ring(slow, dp, largest)
-            window = self._window(slow, mbs, largest)
+            widest = self.block_ring(slow, dp, largest)
+            window = self.window(slow, mbs, largest)
             if slow != fast:
-                widest = min(widest, self._block_ring(fast, dp, largest))
-                window = min(window, self._window(fast, mbs, largest))
-            head = self._end_ring(slow, dp, stages, True)
+                widest = min(widest, self.block_ring(fast, dp, largest))
+                window = min(window, self.window(fast, mbs, largest))
+            head = self.end_ring(slow, dp, stages, True)
             ring_slow = max(max(sync_lb, ring_s), max(widest, head))
             ring_fast = max(max(sync_lb, ring_f), widest)
-            tail_slow = self._end_ring(slow, dp, stages, False)
-            tail_fast = self._end_ring(fast, dp, stages, False)
+            tail_slow = self.end_ring(slow, dp, stages, False)
+            tail_fast = self.end_ring(fast, dp, stages, False)
             ring_alone = max(ring_slow, tail_slow)
             ring_both = max(max(ring_slow, ring_fast), tail_fast)
             for n in lengths:
@@ -178,7 +174,7 @@ class Profiles(Reach):
                 floor = max((share + pads) / capacity, window)
                 lb_t = fixed + m1 * floor
                 # the rate matters only to a cost or a budget
-                rate = self._profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
+                rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
                 if self.violates(lb_t, rate, egress):
                     continue
                 value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
@@ -190,7 +186,7 @@ class Profiles(Reach):
                 break
             self._check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
-            rate = self._profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
+            rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
             ceiling = self._straggler_ceiling(fixed, m1, rate)
             boundaries = self.min_max_split(sequence, mbs, dp, floor, ceiling)
             if boundaries is None:
@@ -209,7 +205,7 @@ def _cost_floor(
 ) -> float:
     """Least USD per iteration of any profile over options whose least tp x price is
     `per_stage` and least tp x price x speed is `per_pass`: cost >= T x rate with
-    T >= fixed + passes / capacity (passes = (m - 1) x W, `Pairs._work_share`) and
+    T >= fixed + passes / capacity (passes = (m - 1) x W, `Pairs.work_share`) and
     rate >= D x sum_i tp_i x price_i (each stage's D replicas at their cheapest price), so
     cost >= fixed x P x D x per_stage + passes x D x per_pass (rate / capacity is a mediant
     of the stages' tp x price x speed)."""

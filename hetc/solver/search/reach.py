@@ -1,6 +1,6 @@
 """How many pipelines the stages' memory lets the devices hold (`_last_dp`): under
 `kind-profiles` with several device types, where each stage sits whole on one option, from
-how far each option's stages can reach in blocks (`_profile_last`); otherwise the stage
+how far each option's stages can reach in blocks (`profile_last`); otherwise the stage
 cover's relaxation (`cover.most_pipelines`).
 """
 
@@ -12,7 +12,7 @@ from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.splits import Splits
 
 NO_ROOM = 1 << 30
-"""What `Reach._reach_sums` counts for a stage that holds no block: more than any model
+"""What `Reach.reach_sums` counts for a stage that holds no block: more than any model
 has, so a profile with such a stage never holds the model."""
 
 
@@ -36,32 +36,30 @@ class Reach(Splits):
     def _last_dp(self, mbs: int, stages: int) -> int:
         """`_dp_cap`, and no more than the stages' memory lets the devices hold: under
         `kind-profiles` with several device types, where each stage sits whole on one
-        option (`_profile_last`), else as the stage cover relaxes it, letting a stage mix
-        kinds (`cover.most_pipelines`). With one device type the profile cap was as tight
-        or tighter at every (m, P) compared (OPT-350M and GPT-Neo-2.7B on 128 A100), but
-        cut no shape that the bounds keep and cost more lookups than the cover's shortcut
-        (OPT-350M there: 0.303 M opcodes with the cover, 0.385 M with the profile cap);
-        with A100 and V100 it removes the shapes whose V100 stages cannot hold their
-        blocks (32 A100 + 96 V100 with GPT-Neo-2.7B: 648 shapes searched instead of
-        1,137)."""
+        option (`profile_last`), else as the stage cover relaxes it, letting a stage mix
+        kinds (`cover.most_pipelines`). Both only drop D at which no candidate of their
+        space holds the model in memory. With one device type the cover's cap is used
+        either way: the profile cap cuts no shape the bounds keep there and costs more
+        lookups; with several it removes the shapes whose slow stages cannot hold their
+        blocks (docs/planner.md, Speed)."""
         key = (mbs, stages)
         last = self._lasts.get(key)
         if last is None:
-            if "kind-profiles" in self.approx and not self._cover.one_device:
-                last = self._profile_last(mbs, stages, self._dp_cap(mbs, stages))
+            if "kind-profiles" in self.approx and not self.cover.one_device:
+                last = self.profile_last(mbs, stages, self._dp_cap(mbs, stages))
             else:
-                last = self._cover.most_pipelines(mbs, stages, self._dp_cap(mbs, stages))
+                last = self.cover.most_pipelines(mbs, stages, self._dp_cap(mbs, stages))
             self._lasts[key] = last
         return last
 
-    def _profile_last(self, mbs: int, stages: int, last: int) -> int:
+    def profile_last(self, mbs: int, stages: int, last: int) -> int:
         """The largest D <= `last` at which some pair of options may hold P stages in memory
         within the quotas (`kind-profiles`), 0 if none. A profile puts each stage whole on
         one option: n stages of the slow option, then P - n of the fast one, each holding
-        at least one block and at most what `_reach_sums` allows, which must add up to the
+        at least one block and at most what `reach_sums` allows, which must add up to the
         model's blocks. Those reaches are taken where memory is most lenient for every D <=
         `last`, so an n they rule out is ruled out at every such D; the quotas give each n
-        its largest D in closed form (the conditions of `_run_lengths`, which only tighten
+        its largest D in closed form (the conditions of `run_lengths`, which only tighten
         as D grows). On 32 A100 + 96 V100 with GPT-Neo-2.7B, two stages of V100s at TP 1
         hold 10 + 15 of its 32 blocks, so no profile of them exists whatever the quota
         allows."""
@@ -100,8 +98,8 @@ class Reach(Splits):
                 fast[0], mbs, stages, flights
             )
             if not free:
-                first_s, middle_s, _ = self._reach_sums(slow[0], mbs, flights)
-                _, middle_f, last_f = self._reach_sums(fast[0], mbs, flights)
+                first_s, middle_s, _ = self.reach_sums(slow[0], mbs, flights)
+                _, middle_f, last_f = self.reach_sums(fast[0], mbs, flights)
                 # n slow stages: the first and the middle ones 1..n - 1 from the start; the
                 # fast ones: k = P - 1 - n middle stages, then the last
                 fixed = first_s[stages] + middle_s[stages - 2] + last_f
@@ -120,17 +118,17 @@ class Reach(Splits):
         return min(best, last)
 
     def _option_ranks(self, mbs: int) -> dict[Option, int]:
-        """Each option's place in `_option_speeds`' slowest-first order: the slower of two
+        """Each option's place in `option_speeds`' slowest-first order: the slower of two
         options takes a profile's first stages."""
         ranks = self._ranks.get(mbs)
         if ranks is None:
-            ranks = self._ranks[mbs] = {o: i for i, o in enumerate(self._option_speeds(mbs)[1])}
+            ranks = self._ranks[mbs] = {o: i for i, o in enumerate(self.option_speeds(mbs)[1])}
         return ranks
 
     def _pairs_by_room(self) -> list[_RoomEntry]:
         """(the most D any P stages of the pair may have, times P: both options' devices over
-        the smaller TP; the two options; their `_pair_sizes` in that order and swapped) for
-        every pair of options, one with itself included, most first, so `_profile_last`
+        the smaller TP; the two options; their `pair_sizes` in that order and swapped) for
+        every pair of options, one with itself included, most first, so `profile_last`
         stops at the first that cannot raise its answer. Sizes do not depend on the
         microbatch size; which option is the slower does (`_option_ranks`)."""
         if self._room_order is None:
@@ -138,8 +136,8 @@ class Reach(Splits):
             entries: list[_RoomEntry] = []
             for x, one in enumerate(options):
                 for other in options[x:]:
-                    sizes = self._pair_sizes(one, other)
-                    swapped = self._pair_sizes(other, one)
+                    sizes = self.pair_sizes(one, other)
+                    swapped = self.pair_sizes(other, one)
                     entries.append(
                         (sizes[4] // min(sizes[0], sizes[1]), one, other, sizes, swapped)
                     )
@@ -148,18 +146,18 @@ class Reach(Splits):
         return self._room_order
 
     def _holds_stages(self, kind: int, mbs: int, stages: int, flights: int) -> bool:
-        """Whether P stages of `kind` alone may hold the model (`_reach_sums`), settled
+        """Whether P stages of `kind` alone may hold the model (`reach_sums`), settled
         first by `_holds_share` where it can."""
         if self._holds_share(kind, mbs, stages, flights):
             return True
         if stages == 1:
             return False
-        first, middle, last = self._reach_sums(kind, mbs, flights)
+        first, middle, last = self.reach_sums(kind, mbs, flights)
         return first[stages] + middle[stages - 2] + last >= self.model.blocks
 
     def _holds_share(self, kind: int, mbs: int, stages: int, flights: int) -> bool:
         """Whether `kind` holds ceil(L / P) blocks as every stage of P, where memory is most
-        lenient (`_reach_sums`): then any split of n stages on it holds its blocks. One
+        lenient (`reach_sums`): then any split of n stages on it holds its blocks. One
         memory lookup per position (`cover.StageCover.holds_share`), at the most
         microbatches in flight there, where it holds the fewest; with one stage, whether
         it holds the whole model."""
@@ -170,12 +168,12 @@ class Reach(Splits):
         if held is None:
             lenient = 1 << (model.batch // mbs - 1).bit_length()
             if stages == 1:
-                held = self._cover.holds_whole(mbs, kind, lenient)
+                held = self.cover.holds_whole(mbs, kind, lenient)
             else:
                 share = -(-model.blocks // stages)
                 most = (min(stages, flights), min(stages - 1, flights), 1)
                 held = all(
-                    self._cover.holds_share(
+                    self.cover.holds_share(
                         mbs, kind, at, 1 << (most[at].bit_length() - 1), lenient, share
                     )
                     for at in ((0, 2) if stages == 2 else (0, 1, 2))
@@ -183,8 +181,8 @@ class Reach(Splits):
             self._shares_held[key] = held
         return held
 
-    def _reach_sums(self, kind: int, mbs: int, flights: int) -> tuple[list[int], list[int], int]:
-        """What `_profile_last` adds up of the most blocks `kind` holds per stage of P >= 2:
+    def reach_sums(self, kind: int, mbs: int, flights: int) -> tuple[list[int], list[int], int]:
+        """What `profile_last` adds up of the most blocks `kind` holds per stage of P >= 2:
         (as the first, by P; the middle stages 1.. d from the end, summed, by d; as the
         last), where memory is most lenient for every D with at least `flights`
         microbatches per pipeline: at D = B / m rounded up to a power of two (ZeRO's shards
@@ -200,7 +198,7 @@ class Reach(Splits):
         if sums is None:
             lenient = 1 << (model.batch // mbs - 1).bit_length()
             blocks = model.blocks
-            reach = self._cover.memory_reach
+            reach = self.cover.memory_reach
             first, middle = [0, 0], [0]
             # stage counts (and middle stages' distances from the end, plus one) from
             # `flight` up to twice it have `flight` in flight, rounded down, up to `cap`

@@ -31,20 +31,20 @@ class Splits(Pairs):
         self._pass_sum_lists: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
         self._host_prices: dict[tuple[int, int], tuple[float, float]] = {}
 
-    def _least_straggler(self, mbs: int, stages: int, dp: int) -> float:
+    def least_straggler(self, mbs: int, stages: int, dp: int) -> float:
         """The least straggler period of any profile of shape (m, P, D): at least the time
         of its largest stage's ceil(L / P) blocks on the host fastest at them
-        (`_host_window`) and the model's work over the most capacity a profile may have
-        (`_most_capacity`); with P > 1 each stage also sends at least `_least_send`, which
+        (`host_window`) and the model's work over the most capacity a profile may have
+        (`most_capacity`); with P > 1 each stage also sends at least `least_send`, which
         its period adds to its compute."""
-        floor = self._host_window(mbs, dp, -(-self.model.blocks // stages))
-        most = self._most_capacity(mbs, stages, dp)
+        floor = self.host_window(mbs, dp, -(-self.model.blocks // stages))
+        most = self.most_capacity(mbs, stages, dp)
         if most > 0:
             floor = max(floor, self._model_share(mbs) / most)
-        return floor + (self._least_send(mbs) if stages > 1 else 0.0)
+        return floor + (self.least_send(mbs) if stages > 1 else 0.0)
 
     @staticmethod
-    def _within(
+    def within(
         lengths: range, stages: int, room: float, passes: float, sp_s: float, sp_f: float
     ) -> range:
         """The n of `lengths` whose compute-only bound passes / capacity(n) stays within
@@ -63,16 +63,16 @@ class Splits(Pairs):
         last = math.floor((full - need) / loss)
         return range(lengths.start, max(lengths.start, min(lengths.stop, last + 1)))
 
-    def _host_window(self, mbs: int, dp: int, blocks: int) -> float:
-        """The least `_window` of `blocks` blocks over the options that host a stage at D
-        (`_hosts`), cached: every shape of (m, D) with as many blocks in its largest
+    def host_window(self, mbs: int, dp: int, blocks: int) -> float:
+        """The least `window` of `blocks` blocks over the options that host a stage at D
+        (`hosts`), cached: every shape of (m, D) with as many blocks in its largest
         stage asks for it."""
         key = (mbs, dp, blocks)
         window = self._host_windows.get(key)
         if window is None:
             window = math.inf
-            for option in self._hosts(mbs, dp):
-                window = min(window, self._window(option, mbs, blocks))
+            for option in self.hosts(mbs, dp):
+                window = min(window, self.window(option, mbs, blocks))
             self._host_windows[key] = window
         return window
 
@@ -81,8 +81,8 @@ class Splits(Pairs):
         key = (mbs, dp)
         prices = self._host_prices.get(key)
         if prices is None:
-            speed, _ = self._option_speeds(mbs)
-            hosts = self._hosts(mbs, dp)
+            speed, _ = self.option_speeds(mbs)
+            hosts = self.hosts(mbs, dp)
             facts = [self._facts(o) for o in hosts]
             prices = (
                 min(f[0] * f[2] for f in facts),
@@ -107,7 +107,7 @@ class Splits(Pairs):
             cap = min(cap, self.budget / rate)
         return (cap - fixed) / m1 * (1 + SPLIT_TOLERANCE)
 
-    def _most_capacity(self, mbs: int, stages: int, dp: int) -> float:
+    def most_capacity(self, mbs: int, stages: int, dp: int) -> float:
         """An upper bound on sum_i 1 / speed_i over every profile of the shape: the
         Lagrangian dual of the linear relaxation. For any lambda >= 0 and profile x (stages
         per option o, each of capacity c_o = 1 / speed_o taking D x tp_o devices),
@@ -129,11 +129,11 @@ class Splits(Pairs):
 
     def _capacity_duals(self, mbs: int) -> list[tuple[float, float]]:
         """(lambda, g(lambda)) at every breakpoint of g, ascending in lambda (see
-        `_most_capacity`): lambda = 0, each c_o, and where two options' lines cross."""
+        `most_capacity`): lambda = 0, each c_o, and where two options' lines cross."""
         duals = self._duals.get(mbs)
         if duals is None:
             model = self.model
-            speed, _ = self._option_speeds(mbs)
+            speed, _ = self.option_speeds(mbs)
             lines = [(1.0 / speed[o], model.kinds[o[0]].tp, self._option_pools(o)) for o in speed]
             points = {0.0, *(c for c, _, _ in lines)}
             for (c1, t1, _), (c2, t2, _) in combinations(lines, 2):
@@ -162,7 +162,7 @@ class Splits(Pairs):
                 break
         return total
 
-    def _run_lengths(
+    def run_lengths(
         self, slow: tuple[int, ...], fast: tuple[int, ...], stages: int, dp: int
     ) -> range:
         """The n for which n stages of `slow` then stages - n of `fast` fit every quota and
@@ -190,7 +190,7 @@ class Splits(Pairs):
                 return range(0)
         return range(lo, hi + 1)
 
-    def _profile_rate(
+    def profile_rate(
         self, slow: tuple[int, ...], n_slow: int, fast: tuple[int, ...], n_fast: int, dp: int
     ) -> float:
         """USD per second the profile's devices cost at least: one-pool options rent whole
@@ -268,7 +268,7 @@ class Splits(Pairs):
         model = self.model
         stages = len(sequence)
         m = -(-(model.batch // mbs) // dp)
-        sends = [self._send(a, b, mbs) for a, b in pairwise(sequence)]
+        sends = [self.send(a, b, mbs) for a, b in pairwise(sequence)]
         padded = [0.0, *sends, 0.0]
         whole = model.blocks + 2
 

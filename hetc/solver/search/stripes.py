@@ -9,41 +9,36 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
-from hetc.costmodel.planning import PlanningModel
 from hetc.solver.search.bounds import Option
 from hetc.solver.search.exact import _Partial
-from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.profiles import Profiles
 
 
 class Stripes(Profiles):
     """Zone stripes: one zone per stage, seeding `kind-profiles`."""
 
-    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
-        super().__init__(model, options)
-
     def _zone_stripes(self) -> None:
         """Seed the incumbent with plans that keep every stage inside one zone of a region
         holding the same device in three zones or more. A profile has at most two options,
         and a region-wide (H6) option rings across zones, so `kind-profiles` alone cannot
-        give each of P stages its own zone there: on five zones of A100 (bench/planner.py)
-        the best such plan is 22% faster than the best profile. Per region, device and TP,
+        give each of P stages its own zone there (docs/planner.md, Zone stripes, has a
+        case where such a plan beats every profile). Per region, device and TP,
         and per (m, P): the largest D whose zones hold P stages of D x TP devices, the
         stages laid out zone by zone (largest quota first, each as many as it holds), split
         by `min_max_split` (which finds none where memory cannot hold the D), in order of
         their group bound (`range_bound`), skipping those whose shape bound at their D
         cannot beat the incumbent, or whose exact fill leaves no straggler as slow as the
-        stages' mean time under it (`_stripe_terms`), and regions lacking a pool the
+        stages' mean time under it (`stripe_terms`), and regions lacking a pool the
         search must use (a leaf renting none of it is thrown away). They are real
         candidates, so they only tighten the bound the profiles are then searched with."""
-        for group, mbs, stages, dp, sequence in self._stripe_seeds():
+        for group, mbs, stages, dp, sequence in self.stripe_seeds():
             if group > self.bound():
                 break
             if self.shape_bounds(mbs, stages, dp, dp)[0] > self.bound():
                 continue
             self._check_limits()
             m1 = -(-(self.model.batch // mbs) // dp) - 1
-            least, fill = self._stripe_terms(sequence, mbs)
+            least, fill = self.stripe_terms(sequence, mbs)
             ceiling = self._straggler_ceiling(fill + self.sync_bound(stages, dp), m1, 0.0)
             if ceiling < least:
                 continue
@@ -53,7 +48,7 @@ class Stripes(Profiles):
                     _Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence)
                 )
 
-    def _stripe_seeds(self) -> list[tuple[float, int, int, int, tuple[Option, ...]]]:
+    def stripe_seeds(self) -> list[tuple[float, int, int, int, tuple[Option, ...]]]:
         """(group bound, m, P, D, options of the stages) of every zone stripe
         (`_zone_stripes`), least group bound first."""
         model = self.model
@@ -72,7 +67,7 @@ class Stripes(Profiles):
             members.sort()
             for mbs in model.microbatch_sizes():
                 for stages in range(1, model.blocks + 1):
-                    dp = self._stripe_width(mbs, stages, tp, [-room for room, _ in members])
+                    dp = self.stripe_width(mbs, stages, tp, [-room for room, _ in members])
                     last = self._dp_cap(mbs, stages)
                     if not 1 <= dp <= last:
                         continue
@@ -84,17 +79,17 @@ class Stripes(Profiles):
         seeds.sort()
         return seeds
 
-    def _stripe_terms(self, sequence: Sequence[Option], mbs: int) -> tuple[float, float]:
+    def stripe_terms(self, sequence: Sequence[Option], mbs: int) -> tuple[float, float]:
         """(a floor on the straggler, F) of a zone stripe, whatever its split: every stage
         runs the same device and TP, so the stages' times add up to the model's on it, F
         adds each boundary's send both ways, and the slowest stage takes at least the mean.
         With F exact, the straggler ceiling `min_max_split` tests first turns away most
-        stripes that cannot win (on five zones of A100, 8% of the search's opcodes)."""
+        stripes that cannot win."""
         compute = self.option_time(sequence[0], mbs, 0, self.model.blocks + 2)
-        sends = sum((self._send(a, b, mbs) for a, b in pairwise(sequence)), 0.0)
+        sends = sum((self.send(a, b, mbs) for a, b in pairwise(sequence)), 0.0)
         return compute / len(sequence), compute + 2 * sends
 
-    def _stripe_width(self, mbs: int, stages: int, tp: int, rooms: list[int]) -> int:
+    def stripe_width(self, mbs: int, stages: int, tp: int, rooms: list[int]) -> int:
         """The largest D (at most B / m, and P x D x TP within max_gpus) for which zones
         of these device counts hold P stages of D x TP devices each; 0 if none."""
         top = min(self.model.batch // mbs, self.total_devices // (stages * tp))

@@ -30,15 +30,15 @@ class Zones(Options):
         self._swap_index: dict[int, list[int]] | None = None
 
     def _ring_excess(self, stages: int, dp: int) -> float:
-        """How far `_zone_rings` raises a shape's bound above its sync term: the shape
+        """How far `zone_rings` raises a shape's bound above its sync term: the shape
         bound holds for the whole space, where stages may keep to a zone each, while every
         profile of the shape pays at least that ring."""
-        ring = self._zone_rings(stages, dp)
+        ring = self.zone_rings(stages, dp)
         if ring == 0.0:
             return 0.0
         return max(0.0, ring - self.sync_bound(stages, dp))
 
-    def _zone_swaps(self) -> list[dict[int, int]]:
+    def zone_swaps(self) -> list[dict[int, int]]:
         """Kind maps that swap two zones identical in all the model reads (region, and pool
         by pool the device, node size, price, NIC and quota) where no link override names
         either and neither holds a pool the search must use. Swapping such zones maps every
@@ -77,13 +77,13 @@ class Zones(Options):
         return self._swaps
 
     def _moving_swaps(self, option: Option) -> list[int]:
-        """Indices of the `_zone_swaps` that map the option to another one: the others leave
+        """Indices of the `zone_swaps` that map the option to another one: the others leave
         a pair of options as it is, so its mirror images come from these alone (a region-wide
         option holds both zones of every swap of its region and stays put; a one-pool
         option moves under the two swaps of its zone)."""
         moving = self._moving.get(option)
         if moving is None:
-            swaps = self._zone_swaps()
+            swaps = self.zone_swaps()
             if self._swap_index is None:
                 index: dict[int, list[int]] = {}
                 for i, swap in enumerate(swaps):
@@ -96,7 +96,7 @@ class Zones(Options):
             self._moving[option] = moving
         return moving
 
-    def _block_egress(self, option: Option, dp: int) -> float:
+    def block_egress(self, option: Option, dp: int) -> float:
         """Egress of one block's ring on the option: each stage of it holds at least that."""
         key = (option, dp)
         egress = self._block_egresses.get(key)
@@ -105,25 +105,25 @@ class Zones(Options):
             self._block_egresses[key] = egress
         return egress
 
-    def _block_ring(self, option: Option, dp: int, blocks: int = 1) -> float:
+    def block_ring(self, option: Option, dp: int, blocks: int = 1) -> float:
         """The ring all-reduce of `blocks` blocks' gradients over D ranks of the option, at
         its slowest pair of kinds: a stage of the option holding at least that many blocks
         syncs no faster, as a ring takes longer for more bytes (every stage holds one
         block; the largest of P holds ceil(L / P))."""
-        return self._stage_ring(option, dp, (0, blocks, False, False))
+        return self.stage_ring(option, dp, (0, blocks, False, False))
 
-    def _end_ring(self, option: Option, dp: int, stages: int, first: bool) -> float:
+    def end_ring(self, option: Option, dp: int, stages: int, first: bool) -> float:
         """The ring of the first (or the last) stage's gradients, on the option, at least:
         that stage holds the first block and the token table (or the last block and the
         head; with one stage, the whole model), and a ring takes longer for more bytes."""
         blocks = self.model.blocks
         if stages == 1:
-            return self._stage_ring(option, dp, (0, blocks, True, True))
+            return self.stage_ring(option, dp, (0, blocks, True, True))
         if first:
-            return self._stage_ring(option, dp, (0, 1, True, False))
-        return self._stage_ring(option, dp, (blocks - 1, blocks, False, True))
+            return self.stage_ring(option, dp, (0, 1, True, False))
+        return self.stage_ring(option, dp, (blocks - 1, blocks, False, True))
 
-    def _stage_ring(self, option: Option, dp: int, stage: tuple[int, int, bool, bool]) -> float:
+    def stage_ring(self, option: Option, dp: int, stage: tuple[int, int, bool, bool]) -> float:
         """The ring of a stage (`PlanningModel.stage_key`) over D ranks of the option at its
         slowest pair of kinds, cached."""
         if dp < 2:
@@ -132,14 +132,14 @@ class Zones(Options):
         ring = self._stage_rings.get(key)
         if ring is None:
             ring = self._stage_rings[key] = max(
-                self.model.ring(a, b, stage, dp) for a, b in self._ring_representatives(option)
+                self.model.ring(a, b, stage, dp) for a, b in self.ring_representatives(option)
             )
         return ring
 
-    def _ring_representatives(self, option: Option) -> list[tuple[int, int]]:
+    def ring_representatives(self, option: Option) -> list[tuple[int, int]]:
         """One pair of the option's kinds (a kind with itself included) per distinct ring:
         a ring depends on two kinds only through their link, its flows and the bytes per
-        rank (`_distinct_rings`), so a region-wide option over four zones has two (within a
+        rank (`distinct_rings`), so a region-wide option over four zones has two (within a
         zone, across zones), not ten."""
         reps = self._ring_reps.get(option)
         if reps is None:
@@ -155,12 +155,12 @@ class Zones(Options):
             reps = self._ring_reps[option] = list(seen.values())
         return reps
 
-    def _zone_rings(self, stages: int, dp: int) -> float:
+    def zone_rings(self, stages: int, dp: int) -> float:
         """A ring every profile of P stages of D pipelines pays where the zones cannot keep
         it whole: a profile needs P x D x TP devices, and two options each inside one zone
         hold at most the two largest such options' devices (`_zone_split`); beyond that
         one of its options spans zones, and each of that option's stages rings across them
-        on at least one block (`_block_ring`), however the split falls. Of the options
+        on at least one block (`block_ring`), however the split falls. Of the options
         spanning zones, only those that can be in a profile of P stages count
         (`_crossing_rows`). 0 where the zones may keep the profile; infinite where no
         profile of P stages fits."""
@@ -176,7 +176,7 @@ class Zones(Options):
         return math.inf
 
     def _crossing_rows(self, dp: int) -> list[tuple[float, int]]:
-        """For `_zone_rings` at D: per option spanning zones that hosts a stage, in order of
+        """For `zone_rings` at D: per option spanning zones that hosts a stage, in order of
         its one-block ring, the ring and the most stages a profile using it and no option of
         higher ring holds: the stages its pools hold at D, plus those of the other option,
         which is inside one zone or spans zones at no higher ring (pools two options share
@@ -184,7 +184,7 @@ class Zones(Options):
         _, _, spanning, inside = self._zone_split()
         local = max((self._option_stages(o, dp) for o in inside), default=0)
         held = sorted(
-            (self._block_ring(o, dp), self._option_stages(o, dp))
+            (self.block_ring(o, dp), self._option_stages(o, dp))
             for o in spanning
             if self._option_stages(o, dp) >= 1
         )
@@ -195,7 +195,7 @@ class Zones(Options):
         return rows
 
     def _zone_split(self) -> tuple[int, int, list[Option], list[Option]]:
-        """For `_zone_rings`: at least the devices two options inside one zone each can
+        """For `zone_rings`: at least the devices two options inside one zone each can
         hold together (the two largest such options' pools summed, within max_gpus; two
         options on one pool are counted twice), the least TP of such an option, the options
         that span zones and those that do not."""
