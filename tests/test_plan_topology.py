@@ -19,6 +19,7 @@ from hetc.plan.topology import (
     plan_hash,
     rank_file_name,
     rank_record,
+    schedule_steps,
     stage_holds,
     topology_of,
 )
@@ -253,7 +254,8 @@ def test_records_and_names() -> None:
     assert record["rank"] == 8 and record["node"] == "a100@z/n1" and record["device_index"] == 0
     assert record["holds"] == ["final-norm", "head", "token-table-copy"]
     assert record["data_parallel"] == ["dp/stage1/shard0of4", "dp/stage1/shard1of4"]
-    assert record["schedule"] == [f"{op}{mb}" for op, mb in one_f_one_b_order(1, 2, 14)]
+    assert record["schedule"] == {"rule": "1f1b", "warmup": 0, "microbatches": 14}
+    assert list(schedule_steps(record["schedule"])) == one_f_one_b_order(1, 2, 14)
     assert record["previous_stage"] == [{"peer": 6, "chunk": 0, "chunks": 2}]
 
 

@@ -101,11 +101,10 @@ def _deepspeed_files(
     """Every distinct DeepSpeed config, and each plan rank's config path."""
     files: dict[str, bytes] = {}
     path_of: dict[int, str] = {}
+    device_of = {node.id: node.device for node in plan.nodes}
     for process in topology.processes:
-        triple = batch_triple(plan, process)
-        key = ConfigKey(
-            triple=triple, on_cpu=spec.devices[_device(plan, process.node)].kind == "cpu"
-        )
+        triple = batch_triple(plan, process, microbatches_total=topology.microbatches_total)
+        key = ConfigKey(triple=triple, on_cpu=spec.devices[device_of[process.node]].kind == "cpu")
         if key.file_name not in files:
             config = deepspeed_config(spec, key)
             problems = config_problems(config, triple)
@@ -114,12 +113,6 @@ def _deepspeed_files(
             files[key.file_name] = canonical_json(config)
         path_of[process.rank] = key.file_name
     return files, path_of
-
-
-def _device(plan: Plan, node_id: str) -> str:
-    node = plan.node(node_id)
-    assert node is not None
-    return node.device
 
 
 def compile_output(
