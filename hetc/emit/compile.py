@@ -170,9 +170,10 @@ def _compiled(
         raise CompileError(
             "the chosen plan is outside the capability matrix: " + "; ".join(refused)
         )
-    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
+    plan_json = plan_to_json(plan)
+    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings, plan_json=plan_json)
     files: dict[str, bytes] = {
-        "plan.json": plan_to_json(plan).encode(),
+        "plan.json": plan_json.encode(),
         "training.json": canonical_json(
             training_record(spec, spec_dir=spec_dir, profiles=profiles)
         ),

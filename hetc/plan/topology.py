@@ -204,8 +204,10 @@ def _chunk_holder(chunk: int, chunks: int, tp: int) -> int:
     return chunk * tp // chunks
 
 
-def topology_of(plan: Plan, *, tied_embeddings: bool) -> Topology:
-    """Number the plan's processes and name its process groups (see the module docstring)."""
+def topology_of(plan: Plan, *, tied_embeddings: bool, plan_json: str | None = None) -> Topology:
+    """Number the plan's processes and name its process groups (see the module docstring).
+    `plan_json`, the plan's canonical JSON where the caller has it (compile writes it as
+    `plan.json`), saves serialising a large plan a second time for its hash."""
     pipeline_of = {
         (stage, index): p
         for p, pipeline in enumerate(plan.pipelines)
@@ -251,7 +253,11 @@ def topology_of(plan: Plan, *, tied_embeddings: bool) -> Topology:
         holders = [(i, j, r.tp) for i in (0, last) for j, r in enumerate(plan.stages[i].replicas)]
         groups += _shard_groups("tied-embedding", holders, rank_of)
     return Topology(
-        plan_hash=plan_hash(plan),
+        plan_hash=(
+            plan_hash(plan)
+            if plan_json is None
+            else hashlib.sha256(plan_json.encode("utf-8")).hexdigest()
+        ),
         processes=tuple(processes),
         groups=tuple(groups),
         tied_embeddings=tied_embeddings,
