@@ -6,7 +6,6 @@ anything is written; `output.write_output` then writes it atomically.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from hetc.emit.launch import launch_files
 from hetc.emit.output import manifest_json
 from hetc.emit.report import given_plan_markdown, report_markdown, timeline_svg
 from hetc.plan import Plan, capability_problems, plan_to_json
+from hetc.plan.canonical import canonical_json_text
 from hetc.plan.topology import (
     Topology,
     batch_triple,
@@ -52,7 +52,7 @@ class CompiledOutput:
 
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, two-space indent, shortest round-tripping floats, a final newline."""
-    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+    return (canonical_json_text(value) + "\n").encode()
 
 
 def training_record(
