@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hetc.schema import EnvironmentProblem
@@ -100,24 +101,31 @@ def _owned(target: Path, may_differ: frozenset[str]) -> bool:
     return False
 
 
+WRITERS = 8
+"""Threads creating files at once: creating a file waits on the disk with the GIL released, so
+several overlap (on a loaded 2-core VM, 11,000 files took about half the time with 8)."""
+
+
 def _write_tree(directory: Path, files: Mapping[str, bytes], executable: set[str]) -> None:
     """Write every file under `directory`, then make them all durable with one sync of the
     file system (one fsync per file costs a journal commit each: minutes at 10,000 ranks)."""
-    made: set[Path] = set()
-    for path, data in sorted(files.items()):
-        destination = directory / path
-        if destination.parent not in made:
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            made.add(destination.parent)
+    for parent in sorted({(directory / path).parent for path in files}):
+        parent.mkdir(parents=True, exist_ok=True)
+
+    def write(path: str) -> None:
         mode = 0o755 if path in executable else 0o644
-        descriptor = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        descriptor = os.open(directory / path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
         try:
-            left = memoryview(data)
+            left = memoryview(files[path])
             while left:
                 left = left[os.write(descriptor, left) :]
             os.fchmod(descriptor, mode)
         finally:
             os.close(descriptor)
+
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        for _ in pool.map(write, sorted(files), chunksize=64):
+            pass
     sync_file_system(directory)
 
 
