@@ -103,7 +103,7 @@ def _owned(target: Path, may_differ: frozenset[str]) -> bool:
 
 WRITERS = 8
 """Threads creating files at once: creating a file waits on the disk with the GIL released, so
-several overlap (on a loaded 2-core VM, 11,000 files took about half the time with 8)."""
+several overlap (docs/compile.md, the compile-at-scale measurement)."""
 
 
 def _write_tree(directory: Path, files: Mapping[str, bytes], executable: set[str]) -> None:

@@ -1,9 +1,9 @@
 """Canonical JSON text, byte for byte what `json.dumps(value, sort_keys=True, indent=2,
-ensure_ascii=False)` writes, in half its time.
+ensure_ascii=False)` writes, faster.
 
-With an indent, the standard library encodes in pure Python through a chain of generators; a
-10,000-rank compile spends about half its time there (`plan.json`, `cluster.json`, the
-manifest and 10,000 rank files). This encoder walks the value once, appending to one list. It
+With an indent, the standard library encodes in pure Python through a chain of generators, and
+a large compile writes megabytes of indented JSON (`plan.json`, `cluster.json`, one file per
+rank). This encoder walks the value once, appending to one list. It
 handles what hetc writes - dicts with string keys, lists and tuples, strings, ints, floats,
 booleans and None - and hands anything else (other keys or types) to `json.dumps`, so its
 output never differs (tests/test_plan_canonical.py compares the two on generated values).
