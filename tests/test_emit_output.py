@@ -151,3 +151,61 @@ def test_unchanged_hetc_output_notices_extra_and_missing_files(tmp_path: Path) -
     (final / "plan.json").unlink()
     assert not unchanged_hetc_output(final)
     assert not unchanged_hetc_output(tmp_path)
+
+
+def test_one_sync_after_every_file_is_written_and_before_any_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tree is synced once, when every file is complete in the hidden temporary directory
+    and neither the hashed directory nor `out` exists yet. (Mutation check: syncing inside the
+    loop, after the first file, fails here.)"""
+    target = tmp_path / "out"
+    files = _files("one")
+    seen: list[tuple[Path, dict[str, bytes], list[str]]] = []
+
+    def record(directory: Path) -> None:
+        written = {p: (directory / p).read_bytes() for p in files}
+        seen.append((directory, written, sorted(p.name for p in tmp_path.iterdir())))
+
+    monkeypatch.setattr(output, "sync_file_system", record)
+    final = write_output(target, files, executable=set(), force=False)
+    assert len(seen) == 1
+    directory, written, present = seen[0]
+    assert directory.name.startswith(".out.") and ".tmp-" in directory.name
+    assert written == files
+    assert present == [directory.name]
+    assert final.is_dir() and not directory.exists()
+
+
+def test_sync_file_system_uses_syncfs_or_falls_back_to_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux's syncfs is called on a descriptor of the directory; without it, sync(2) is; a
+    failing syncfs is an OSError naming the directory."""
+    calls: list[str] = []
+
+    class Libc:
+        def __init__(self, result: int | None) -> None:
+            if result is not None:
+                self.result = result
+                self.syncfs = self._syncfs
+
+        def _syncfs(self, descriptor: int) -> int:
+            calls.append(f"syncfs {descriptor >= 0}")
+            return self.result
+
+    monkeypatch.setattr(output.os, "sync", lambda: calls.append("sync"))
+    monkeypatch.setattr(output, "_libc", lambda: Libc(0))
+    output.sync_file_system(tmp_path)
+    monkeypatch.setattr(output, "_libc", lambda: Libc(None))
+    output.sync_file_system(tmp_path)
+    assert calls == ["syncfs True", "sync"]
+    monkeypatch.setattr(output, "_libc", lambda: Libc(-1))
+    with pytest.raises(OSError, match=str(tmp_path)):
+        output.sync_file_system(tmp_path)
+
+
+def test_the_real_syncfs_runs(tmp_path: Path) -> None:
+    """On this machine the file system sync succeeds (no error from the C library)."""
+    (tmp_path / "f").write_bytes(b"x")
+    output.sync_file_system(tmp_path)

@@ -119,14 +119,15 @@ CLUSTER_MUTATIONS: list[tuple[str, Mutation, str]] = [
         "nodes/0/processes/0/rank_file:",
     ),
     ("group name", lambda c: c["groups"][0].update(name="pp/0"), "groups/0/name:"),
-    ("version", lambda c: c.update(version=2), "version: 2 violates `const: 1`"),
+    ("version", lambda c: c.update(version=1), "version: 1 violates `const: 2`"),
 ]
 RANK_MUTATIONS: list[tuple[str, Mutation, str]] = [
     ("missing", lambda r: r.pop("groups"), "(root): missing key 'groups'"),
     ("extra", lambda r: r["tp"].update(extra=True), "tp: unexpected key 'extra'"),
     ("hash", lambda r: r.update(plan_hash="0" * 63), "plan_hash:"),
     ("negative rank", lambda r: r.update(rank=-1), "rank: -1 violates `minimum: 0`"),
-    ("schedule", lambda r: r["schedule"].append("X1"), "schedule/"),
+    ("schedule", lambda r: r["schedule"].update(rule="gpipe"), "schedule/rule:"),
+    ("schedule list", lambda r: r.update(schedule=["F0", "B0"]), 'schedule: ["F0", "B0"]'),
     ("transfer", lambda r: r["next_stage"][0].pop("peer"), "next_stage/0: missing key 'peer'"),
 ]
 

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from hetc.plan import Node, Pipeline, Plan, Replica, Stage, plan_problems
+from hetc.plan import Node, Pipeline, Plan, Replica, Stage, plan_problems, plan_to_json
 from hetc.plan.settings import VOCAB_PAD, padded_vocab
 from hetc.plan.topology import (
     batch_triple,
@@ -19,6 +19,7 @@ from hetc.plan.topology import (
     plan_hash,
     rank_file_name,
     rank_record,
+    schedule_steps,
     stage_holds,
     topology_of,
 )
@@ -253,7 +254,8 @@ def test_records_and_names() -> None:
     assert record["rank"] == 8 and record["node"] == "a100@z/n1" and record["device_index"] == 0
     assert record["holds"] == ["final-norm", "head", "token-table-copy"]
     assert record["data_parallel"] == ["dp/stage1/shard0of4", "dp/stage1/shard1of4"]
-    assert record["schedule"] == [f"{op}{mb}" for op, mb in one_f_one_b_order(1, 2, 14)]
+    assert record["schedule"] == {"rule": "1f1b", "warmup": 0, "microbatches": 14}
+    assert list(schedule_steps(record["schedule"])) == one_f_one_b_order(1, 2, 14)
     assert record["previous_stage"] == [{"peer": 6, "chunk": 0, "chunks": 2}]
 
 
@@ -318,3 +320,21 @@ def test_boundary_chunks_are_the_smallest_equal_size_that_covers_the_tensor() ->
         for chunks in (1, 2, 3, 4, 8):
             size = boundary_chunk_elements(elements, chunks)
             assert size * chunks >= elements > (size - 1) * chunks
+
+
+def test_indexes_agree_with_scanning_the_plan() -> None:
+    """The topology's lookups (groups of a rank, processes of a node, the microbatch total,
+    the hash from given JSON) equal a scan of every group, process and pipeline."""
+    plan = docstring_plan()
+    topology = topology_of(plan, tied_embeddings=True)
+    for process in topology.processes:
+        scanned = [g for g in topology.groups if process.rank in g.ranks]
+        assert topology.groups_of(process.rank) == scanned
+        assert batch_triple(
+            plan, process, microbatches_total=topology.microbatches_total
+        ) == batch_triple(plan, process)
+    for n in plan.nodes:
+        assert topology.processes_on(n.id) == [p for p in topology.processes if p.node == n.id]
+    assert topology.microbatches_total == 18 + 14
+    given = topology_of(plan, tied_embeddings=True, plan_json=plan_to_json(plan))
+    assert given == topology

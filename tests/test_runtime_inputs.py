@@ -55,7 +55,8 @@ EDITS = {
     "training.json seed": _edit_json("training.json", lambda t: t.update(seed=8)),
     "DeepSpeed config": _deepspeed_of_rank_1,
     "rank file schedule": _edit_json(
-        "topology/ranks/node0001-local00.json", lambda r: r.update(schedule=r["schedule"][::-1])
+        "topology/ranks/node0001-local00.json",
+        lambda r: r["schedule"].update(warmup=r["schedule"]["warmup"] + 1),
     ),
     "recompiled on one node": _recompiled,
 }

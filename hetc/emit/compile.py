@@ -6,7 +6,6 @@ anything is written; `output.write_output` then writes it atomically.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from hetc.emit.launchers import launch_files
 from hetc.emit.output import manifest_json
 from hetc.emit.report import given_plan_markdown, report_markdown, timeline_svg
 from hetc.plan import Plan, capability_problems, plan_to_json
+from hetc.plan.canonical import canonical_json_text
 from hetc.plan.topology import (
     Topology,
     batch_triple,
@@ -52,7 +52,7 @@ class CompiledOutput:
 
 def canonical_json(value: Any) -> bytes:
     """Sorted keys, two-space indent, shortest round-tripping floats, a final newline."""
-    return (json.dumps(value, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+    return (canonical_json_text(value) + "\n").encode()
 
 
 def training_record(
@@ -101,11 +101,10 @@ def _deepspeed_files(
     """Every distinct DeepSpeed config, and each plan rank's config path."""
     files: dict[str, bytes] = {}
     path_of: dict[int, str] = {}
+    device_of = {node.id: node.device for node in plan.nodes}
     for process in topology.processes:
-        triple = batch_triple(plan, process)
-        key = ConfigKey(
-            triple=triple, on_cpu=spec.devices[_device(plan, process.node)].kind == "cpu"
-        )
+        triple = batch_triple(plan, process, microbatches_total=topology.microbatches_total)
+        key = ConfigKey(triple=triple, on_cpu=spec.devices[device_of[process.node]].kind == "cpu")
         if key.file_name not in files:
             config = deepspeed_config(spec, key)
             problems = config_problems(config, triple)
@@ -114,12 +113,6 @@ def _deepspeed_files(
             files[key.file_name] = canonical_json(config)
         path_of[process.rank] = key.file_name
     return files, path_of
-
-
-def _device(plan: Plan, node_id: str) -> str:
-    node = plan.node(node_id)
-    assert node is not None
-    return node.device
 
 
 def compile_output(
@@ -194,9 +187,10 @@ def _compiled(
         raise CompileError(
             "the chosen plan is outside the capability matrix: " + "; ".join(refused)
         )
-    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
+    plan_json = plan_to_json(plan)
+    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings, plan_json=plan_json)
     files: dict[str, bytes] = {
-        "plan.json": plan_to_json(plan).encode(),
+        "plan.json": plan_json.encode(),
         "training.json": canonical_json(
             training_record(spec, spec_dir=spec_dir, profiles=profiles)
         ),

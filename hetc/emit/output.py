@@ -5,7 +5,9 @@ manifest's, so the same spec always names the same directory) and then points `o
 symbolic link, at it with one atomic rename. What a crash at each step leaves:
 
 1. while writing `.out.<hash>.tmp-<pid>/`: a hidden half-written directory; `out` unchanged
-   (the next compile removes stale temporary directories);
+   (the next compile removes stale temporary directories). Every file is written, then one
+   sync of the file system (syncfs(2)) makes them all durable before any rename can expose
+   them; the parent directory is synced after the last rename;
 2. after renaming it to `out.<hash>/`: a complete directory not yet in use; `out` unchanged;
 3. after renaming a new link over `out`: the new output, complete. The previous target stays
    (a job started from it keeps its files); older targets hetc wrote are removed.
@@ -20,11 +22,14 @@ hetc did not write, one whose files were edited, a file, a link elsewhere - is k
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import hashlib
 import json
 import os
 import shutil
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hetc.schema import EnvironmentProblem
@@ -96,15 +101,62 @@ def _owned(target: Path, may_differ: frozenset[str]) -> bool:
     return False
 
 
+WRITERS = 8
+"""Threads creating files at once: creating a file waits on the disk with the GIL released, so
+several overlap (docs/compile.md, the compile-at-scale measurement)."""
+
+
 def _write_tree(directory: Path, files: Mapping[str, bytes], executable: set[str]) -> None:
-    for path, data in sorted(files.items()):
-        destination = directory / path
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        with open(destination, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(destination, 0o755 if path in executable else 0o644)
+    """Write every file under `directory`, then make them all durable with one sync of the
+    file system (one fsync per file costs a journal commit each: minutes at 10,000 ranks)."""
+    for parent in sorted({(directory / path).parent for path in files}):
+        parent.mkdir(parents=True, exist_ok=True)
+
+    def write(path: str) -> None:
+        mode = 0o755 if path in executable else 0o644
+        descriptor = os.open(directory / path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        try:
+            left = memoryview(files[path])
+            while left:
+                left = left[os.write(descriptor, left) :]
+            os.fchmod(descriptor, mode)
+        finally:
+            os.close(descriptor)
+
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        for _ in pool.map(write, sorted(files), chunksize=64):
+            pass
+    sync_file_system(directory)
+
+
+def sync_file_system(directory: Path) -> None:
+    """Flush everything written to `directory`'s file system to disk: Linux's syncfs(2) on that
+    file system alone, elsewhere sync(2) on all of them."""
+    syncfs = getattr(_libc(), "syncfs", None)
+    if syncfs is None:
+        os.sync()
+        return
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        if syncfs(descriptor) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, os.strerror(error), str(directory))
+    finally:
+        os.close(descriptor)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make the renames inside `directory` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _remove(path: Path) -> None:
@@ -149,6 +201,7 @@ def write_output(
                 _remove(final)
             os.rename(temporary, final)
         _switch(target, final)
+        _sync_directory(parent)
     except OSError as exc:
         raise EnvironmentProblem(
             f"cannot write {target}: {exc.strerror or exc}",

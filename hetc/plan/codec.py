@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from hetc.draft07 import Validator
+from hetc.plan.canonical import canonical_json_text
 from hetc.plan.ir import Node, Pipeline, Plan, Predictions, Replica, Stage, plan_problems
 
 
@@ -36,7 +37,7 @@ def plan_schema() -> dict[str, Any]:
 
 def plan_to_json(plan: Plan) -> str:
     """The plan's canonical JSON text."""
-    return json.dumps(asdict(plan), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return canonical_json_text(asdict(plan)) + "\n"
 
 
 def plan_from_json(text: str) -> Plan:

@@ -53,12 +53,15 @@ and the weights make the sum the mean over the whole global batch of 64.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hetc.plan.codec import plan_to_json
 from hetc.plan.ir import Plan
 
-TOPOLOGY_FORMAT_VERSION = 1
+TOPOLOGY_FORMAT_VERSION = 2
+SCHEDULE_RULE = "1f1b"
 
 
 def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[str, int]]:
@@ -73,6 +76,33 @@ def one_f_one_b_order(stage: int, stages: int, microbatches: int) -> list[tuple[
         order.append(("B", backward))
         backward += 1
     return order
+
+
+def schedule_record(stage: int, stages: int, microbatches: int) -> dict[str, object]:
+    """A rank file's `schedule`: the rule and its two numbers, never the list of steps, so that
+    a rank file's size does not grow with its pipeline's microbatches (`schedule_steps` expands
+    it into `one_f_one_b_order(stage, stages, microbatches)`)."""
+    return {
+        "rule": SCHEDULE_RULE,
+        "warmup": min(stages - stage - 1, microbatches),
+        "microbatches": microbatches,
+    }
+
+
+def schedule_steps(schedule: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+    """The steps of a rank file's `schedule`, one at a time (memory O(1) in microbatches):
+    `warmup` forwards, then for each microbatch k the forward of k + warmup (while there is one)
+    followed by the backward of k. This is 1F1B: a stage keeps at most warmup + 1 microbatches'
+    activations, and k's backward comes after k's forward because k < k + warmup + 1."""
+    if schedule["rule"] != SCHEDULE_RULE:
+        raise ValueError(f"unknown schedule rule {schedule['rule']!r} (known: {SCHEDULE_RULE})")
+    warmup, microbatches = schedule["warmup"], schedule["microbatches"]
+    for k in range(min(warmup, microbatches)):
+        yield "F", k
+    for k in range(microbatches):
+        if k + warmup < microbatches:
+            yield "F", k + warmup
+        yield "B", k
 
 
 def plan_hash(plan: Plan) -> str:
@@ -133,11 +163,24 @@ class Topology:
     groups: tuple[Group, ...]
     """Every process group, in the one order all ranks create them."""
     tied_embeddings: bool
+    microbatches_total: int
+    """The sum of the plan's pipelines' microbatches."""
     _ranks: dict[tuple[int, int, int], int] = field(init=False, repr=False, compare=False)
+    _groups_of: dict[int, list[Group]] = field(init=False, repr=False, compare=False)
+    _on_node: dict[str, list[Process]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ranks = {(p.stage, p.replica, p.tp_rank): p.rank for p in self.processes}
         object.__setattr__(self, "_ranks", ranks)
+        groups_of: dict[int, list[Group]] = {p.rank: [] for p in self.processes}
+        for group in self.groups:
+            for rank in dict.fromkeys(group.ranks):
+                groups_of[rank].append(group)
+        object.__setattr__(self, "_groups_of", groups_of)
+        on_node: dict[str, list[Process]] = {}
+        for process in self.processes:
+            on_node.setdefault(process.node, []).append(process)
+        object.__setattr__(self, "_on_node", on_node)
 
     @property
     def world_size(self) -> int:
@@ -148,7 +191,12 @@ class Topology:
         return self._ranks[stage, replica, tp_rank]
 
     def groups_of(self, rank: int) -> list[Group]:
-        return [g for g in self.groups if rank in g.ranks]
+        """The groups `rank` is in, in creation order (a lookup: every rank file asks)."""
+        return list(self._groups_of.get(rank, ()))
+
+    def processes_on(self, node: str) -> list[Process]:
+        """The processes of `node`, in LOCAL_RANK order."""
+        return list(self._on_node.get(node, ()))
 
 
 def _chunk_holder(chunk: int, chunks: int, tp: int) -> int:
@@ -156,8 +204,10 @@ def _chunk_holder(chunk: int, chunks: int, tp: int) -> int:
     return chunk * tp // chunks
 
 
-def topology_of(plan: Plan, *, tied_embeddings: bool) -> Topology:
-    """Number the plan's processes and name its process groups (see the module docstring)."""
+def topology_of(plan: Plan, *, tied_embeddings: bool, plan_json: str | None = None) -> Topology:
+    """Number the plan's processes and name its process groups (see the module docstring).
+    `plan_json`, the plan's canonical JSON where the caller has it (compile writes it as
+    `plan.json`), saves serialising a large plan a second time for its hash."""
     pipeline_of = {
         (stage, index): p
         for p, pipeline in enumerate(plan.pipelines)
@@ -168,11 +218,13 @@ def topology_of(plan: Plan, *, tied_embeddings: bool) -> Topology:
         for j, replica in enumerate(stage.replicas):
             for t, device in enumerate(replica.local_ranks):
                 role[replica.node, device] = (i, j, t)
+    used_on: dict[str, list[int]] = {}
+    for node_id, device in role:
+        used_on.setdefault(node_id, []).append(device)
     processes: list[Process] = []
     rank_of: dict[tuple[int, int, int], int] = {}
     for node in plan.nodes:
-        used = sorted(d for n, d in role if n == node.id)
-        for local_rank, device in enumerate(used):
+        for local_rank, device in enumerate(sorted(used_on.get(node.id, ()))):
             i, j, t = role[node.id, device]
             rank_of[i, j, t] = len(processes)
             processes.append(
@@ -201,10 +253,15 @@ def topology_of(plan: Plan, *, tied_embeddings: bool) -> Topology:
         holders = [(i, j, r.tp) for i in (0, last) for j, r in enumerate(plan.stages[i].replicas)]
         groups += _shard_groups("tied-embedding", holders, rank_of)
     return Topology(
-        plan_hash=plan_hash(plan),
+        plan_hash=(
+            plan_hash(plan)
+            if plan_json is None
+            else hashlib.sha256(plan_json.encode("utf-8")).hexdigest()
+        ),
         processes=tuple(processes),
         groups=tuple(groups),
         tied_embeddings=tied_embeddings,
+        microbatches_total=sum(p.microbatches for p in plan.pipelines),
     )
 
 
@@ -252,11 +309,19 @@ def boundary_transfers(
     ]
 
 
-def batch_triple(plan: Plan, process: Process) -> BatchTriple:
-    """`process`'s DeepSpeed batch triple and loss weight (see the module docstring)."""
+def batch_triple(
+    plan: Plan, process: Process, *, microbatches_total: int | None = None
+) -> BatchTriple:
+    """`process`'s DeepSpeed batch triple and loss weight (see the module docstring).
+    `microbatches_total`, the sum of the pipelines' microbatches, saves summing them again
+    where the caller asks for every rank (`Topology.microbatches_total`)."""
     accumulation = plan.pipelines[process.pipeline].microbatches
     data_parallel = len(plan.stages[process.stage].replicas)
-    total = sum(p.microbatches for p in plan.pipelines)
+    total = (
+        sum(p.microbatches for p in plan.pipelines)
+        if microbatches_total is None
+        else microbatches_total
+    )
     return BatchTriple(
         micro=plan.microbatch_size,
         accumulation=accumulation,
@@ -285,7 +350,7 @@ def rank_record(
     rank's DeepSpeed config relative to the output directory."""
     stage = plan.stages[process.stage]
     replica = stage.replicas[process.replica]
-    triple = batch_triple(plan, process)
+    triple = batch_triple(plan, process, microbatches_total=topology.microbatches_total)
     tp_group = f"tp/stage{process.stage}/replica{process.replica}"
     dp_prefix = f"dp/stage{process.stage}/"
 
@@ -316,10 +381,7 @@ def rank_record(
         "tied_embedding": [g.name for g in groups if g.name.startswith("tied-embedding/")],
         "previous_stage": transfers(-1),
         "next_stage": transfers(+1),
-        "schedule": [
-            f"{op}{mb}"
-            for op, mb in one_f_one_b_order(process.stage, len(plan.stages), triple.accumulation)
-        ],
+        "schedule": schedule_record(process.stage, len(plan.stages), triple.accumulation),
         "batch": {
             "micro": triple.micro,
             "accumulation": triple.accumulation,
@@ -342,7 +404,7 @@ def cluster_record(plan: Plan, topology: Topology) -> dict[str, object]:
     """The content of `topology/cluster.json` (`cluster.schema.json`)."""
     nodes = []
     for index, node in enumerate(plan.nodes):
-        processes = [p for p in topology.processes if p.node == node.id]
+        processes = topology.processes_on(node.id)
         nodes.append(
             {
                 "id": node.id,

@@ -62,7 +62,7 @@ from torch import Tensor
 
 from hetc.plan import Plan, capability_problems, plan_from_json
 from hetc.plan.rankfiles import parse_cluster_file
-from hetc.plan.topology import boundary_chunk_elements
+from hetc.plan.topology import boundary_chunk_elements, schedule_steps
 from hetc.runtime.data import SYNTHETIC, TrainingData, pipeline_samples
 from hetc.runtime.metrics import IterationClock, LiveTensorBytes, resident_bytes
 from hetc.runtime.model import DropoutKey, ModelConfig, ParamSpec, StageModule
@@ -388,8 +388,7 @@ class StageTrainer:
         pipeline = self.rank_file["pipeline"]
         saved: dict[int, tuple[Tensor, Tensor]] = {}
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        for op in self.rank_file["schedule"]:
-            kind, index = op[0], int(op[1:])
+        for kind, index in schedule_steps(self.rank_file["schedule"]):
             if kind == "F":
                 inputs, targets = self.data.microbatch(step, pipeline, index)
                 if self.first:
