@@ -53,6 +53,7 @@ from hetc.costmodel.simulate import simulate
 from hetc.plan import capability_problems
 from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
+from hetc.solver.feasibility import necessary_conditions
 from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
 from hetc.solver.search import Candidate, SearchOptions, search
 
@@ -237,7 +238,9 @@ def round_down(value: float) -> float:
 
 class Oracle:
     """The planner's search as a feasibility test, memoised on what the diagnosis varies
-    (quotas, constraints, objective, activation checkpointing)."""
+    (quotas, constraints, objective, activation checkpointing). A spec that fails a
+    necessary condition (`feasibility`) is infeasible without a search, as in `plan_spec`:
+    the bisections' probes below the answer are mostly such specs."""
 
     def __init__(
         self,
@@ -297,13 +300,15 @@ class Oracle:
     def _solve(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
         """(the best candidate found, inside the capability matrix, and whether the search
         was complete)."""
-        self.solves += 1
         model = PlanningModel(
             spec,
             profiles=self.profiles,
             overhead=self.overhead,
             measured_points=self.measured_points,
         )
+        if necessary_conditions(model) is not None:
+            return None, True
+        self.solves += 1
         chosen = (
             default_approximations(model) if self.approximations is None else self.approximations
         )

@@ -9,6 +9,7 @@ is then built and run through the event simulator, whose numbers become the plan
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +21,7 @@ from hetc.costmodel.simulate import Simulation, simulate
 from hetc.plan import Plan, Predictions, capability_problems
 from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
+from hetc.solver.feasibility import Infeasible, necessary_conditions
 from hetc.solver.search import (
     APPROXIMATIONS,
     Candidate,
@@ -74,6 +76,9 @@ class PlanningResult:
     search: SearchResult
     approximations: frozenset[str]
     model: PlanningModel
+    infeasible: Infeasible | None = None
+    """The necessary condition the spec fails (`feasibility`), when one does: then no search
+    ran and `search` is complete with no candidate."""
 
 
 def plan_spec(
@@ -90,7 +95,8 @@ def plan_spec(
     measured_points: bool = False,
 ) -> PlanningResult:
     """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
-    by the simulator among the search's best `max(top, RERANKED)` candidates; with
+    by the simulator among the search's best `max(top, RERANKED)` candidates; none, without
+    a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
     (`PlanningModel`)."""
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
@@ -100,6 +106,19 @@ def plan_spec(
         spec, profiles=profiles, overhead=overhead, measured_points=measured_points
     )
     chosen = default_approximations(model) if approximations is None else approximations
+    started = time.perf_counter()
+    proof = necessary_conditions(model)
+    if proof is not None:
+        nothing = SearchResult(
+            candidates=(),
+            evaluations=0,
+            complete=True,
+            seconds=time.perf_counter() - started,
+            stop_reason=f"infeasible before any search: {proof.reason}",
+        )
+        return PlanningResult(
+            proposals=(), search=nothing, approximations=chosen, model=model, infeasible=proof
+        )
     result = search(
         model,
         SearchOptions(
