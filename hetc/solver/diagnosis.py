@@ -270,6 +270,15 @@ class Oracle:
             "measured_points": self.measured_points,
         }
 
+    def model(self, spec: Spec) -> PlanningModel:
+        """The planning model of `spec` with this oracle's profiles and points."""
+        return PlanningModel(
+            spec,
+            profiles=self.profiles,
+            overhead=self.overhead,
+            measured_points=self.measured_points,
+        )
+
     def best(self, spec: Spec) -> Candidate | None:
         """The search's best candidate under `spec`'s objective, if it is inside the
         capability matrix (else `plan_spec`'s best); None when there is none."""
@@ -300,12 +309,7 @@ class Oracle:
     def _solve(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
         """(the best candidate found, inside the capability matrix, and whether the search
         was complete)."""
-        model = PlanningModel(
-            spec,
-            profiles=self.profiles,
-            overhead=self.overhead,
-            measured_points=self.measured_points,
-        )
+        model = self.model(spec)
         if necessary_conditions(model) is not None:
             return None, True
         self.solves += 1
@@ -337,12 +341,7 @@ class Oracle:
         candidate = self.witness(spec)
         if candidate is None:
             return None
-        model = PlanningModel(
-            spec,
-            profiles=self.profiles,
-            overhead=self.overhead,
-            measured_points=self.measured_points,
-        )
+        model = self.model(spec)
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=spec_hash(spec))
         simulation = simulate(plan, spec, profiles=self.profiles, overhead=self.overhead)
         plan = replace(plan, predictions=predictions_of(simulation))
@@ -544,10 +543,21 @@ def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fi
 def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     """Name the binding constraint(s) of an infeasible spec and the least change of each
     that makes it feasible (see the module docstring); raises ValueError on a feasible one.
-    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points."""
+    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points.
+    When a necessary condition (`feasibility`) already fails, the message ends with it:
+    why no plan exists, proven before any search, and the bound on the change it gives."""
     oracle = Oracle(**kwargs)
     if oracle.feasible(spec):
         raise ValueError("the spec is feasible: there is nothing to diagnose")
+    diagnosis = _diagnose(oracle, spec)
+    proof = necessary_conditions(oracle.model(spec))
+    if proof is None:
+        return diagnosis
+    message = f"{diagnosis.message}. Before any search: {proof.reason} ({proof.change})"
+    return replace(diagnosis, message=message)
+
+
+def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
     families = present(spec)
     alternatives: list[tuple[Fix, ...]] = []
     binding: list[str] = []

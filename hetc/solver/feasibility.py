@@ -86,9 +86,7 @@ def _usable_nodes(model: PlanningModel, pool: int) -> int:
 
 def devices_available(model: PlanningModel) -> int:
     """N: the most devices any candidate can rent (whole nodes, quotas, max_gpus)."""
-    total = sum(
-        _usable_nodes(model, slot.index) * slot.pool.gpus_per_node for slot in model.pools
-    )
+    total = sum(_usable_nodes(model, slot.index) * slot.pool.gpus_per_node for slot in model.pools)
     limit = model.spec.constraints.max_gpus
     return total if limit is None else min(total, limit)
 
@@ -156,29 +154,29 @@ def least_devices(model: PlanningModel) -> float:
     return math.fsum(need)
 
 
-def _work(model: PlanningModel, priced: bool) -> float:
-    """min over microbatch sizes of (B / mbs) x sum over layers of min over kinds of
-    tp x (price of the kind's pool, when `priced`) x forward + backward seconds."""
-    best = math.inf
-    for mbs in model.microbatch_sizes():
-        per_layer: list[float] | None = None
-        for kind, m in _points(model):
-            if m != mbs:
-                continue
-            price = model.pools[kind.pool].pool.price if priced else 1.0
-            times = model.layer_compute(kind.device, kind.tp, mbs)
-            scaled = [kind.tp * price * x for x in times]
-            per_layer = (
-                scaled if per_layer is None else [min(a, b) for a, b in zip(per_layer, scaled)]
-            )
-        if per_layer is not None:
-            best = min(best, model.batch / mbs * math.fsum(per_layer))
-    return best
+def _least_per_layer(model: PlanningModel, mbs: int, weight: str) -> list[float] | None:
+    """Per layer, the least over kinds at microbatch `mbs` of its forward + backward seconds
+    times `weight`: `one` (1), `devices` (tp) or `money` (tp x its pool's price per device
+    second). None when no kind may run at `mbs`."""
+    least: list[float] | None = None
+    for kind, m in _points(model):
+        if m != mbs:
+            continue
+        price = model.pools[kind.pool].pool.price
+        factor = {"one": 1.0, "devices": float(kind.tp), "money": kind.tp * price}[weight]
+        times = [factor * x for x in model.layer_compute(kind.device, kind.tp, mbs)]
+        least = times if least is None else list(map(min, least, times))
+    return least
 
 
 def cost_floor(model: PlanningModel) -> float:
     """USD per iteration no candidate goes below (the rental of the model's least work)."""
-    return _work(model, priced=True)
+    best = math.inf
+    for mbs in model.microbatch_sizes():
+        money = _least_per_layer(model, mbs, "money")
+        if money is not None:
+            best = min(best, model.batch / mbs * math.fsum(money))
+    return best
 
 
 def time_floor(model: PlanningModel) -> float:
@@ -189,15 +187,8 @@ def time_floor(model: PlanningModel) -> float:
         return math.inf
     best = math.inf
     for mbs in model.microbatch_sizes():
-        busy: list[float] | None = None
-        alone: list[float] | None = None
-        for kind, m in _points(model):
-            if m != mbs:
-                continue
-            times = model.layer_compute(kind.device, kind.tp, mbs)
-            scaled = [kind.tp * x for x in times]
-            busy = scaled if busy is None else [min(a, b) for a, b in zip(busy, scaled)]
-            alone = list(times) if alone is None else [min(a, b) for a, b in zip(alone, times)]
+        busy = _least_per_layer(model, mbs, "devices")
+        alone = _least_per_layer(model, mbs, "one")
         if busy is not None and alone is not None:
             work = model.batch / mbs * math.fsum(busy) / devices
             best = min(best, max(work, math.fsum(alone)))
