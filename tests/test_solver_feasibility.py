@@ -7,8 +7,8 @@ candidates it finds on generated specs, which every bound must lie below.
 
 Mutation checks (done by hand, each restored): the property test fails with the cost floor
 times 1.01, the time floor times 1.1, the least device count times 1.4, or
-`devices_available` minus one; it fails when `unheld_layer` checks ranges at microbatch
-16 instead of every size, and the per-bound tests fail when their bound is removed.
+`devices_available` minus one; the memory test fails with `unheld_layer` left out of
+`necessary_conditions`.
 """
 
 from __future__ import annotations
