@@ -101,14 +101,21 @@ def _points(model: PlanningModel) -> Iterator[tuple[ReplicaKind, int]]:
                 yield kind, mbs
 
 
+def _device_points(model: PlanningModel) -> set[tuple[str, int, int]]:
+    """The distinct (device, TP, microbatch) of `_points`: what memory depends on."""
+    return {(kind.device, kind.tp, mbs) for kind, mbs in _points(model)}
+
+
 def unheld_layer(model: PlanningModel) -> int | None:
     """A layer (index in the layer sequence) that no stage range of any candidate can hold
     in any kind's memory; None when every layer can be held (see the module docstring)."""
     layers = model.blocks + 2
     dp = max(1, devices_available(model))
     held = [False] * layers
-    for kind, mbs in _points(model):
-        t = model.tables(kind.device, kind.tp, mbs)
+    for device, tp, mbs in sorted(_device_points(model)):
+        if all(held):
+            return None
+        t = model.tables(device, tp, mbs)
         fitting = [
             (first, end)
             for first, end in _stage_ranges(layers)
@@ -136,8 +143,8 @@ def least_devices(model: PlanningModel) -> float:
     kind's memory at all."""
     layers = model.blocks + 2
     need = [math.inf] * layers
-    for kind, mbs in _points(model):
-        t = model.tables(kind.device, kind.tp, mbs)
+    for device, tp, mbs in sorted(_device_points(model)):
+        t = model.tables(device, tp, mbs)
         room = t.capacity - t.fixed_overhead
         if room <= 0:
             continue
@@ -148,7 +155,7 @@ def least_devices(model: PlanningModel) -> float:
             params = t.parameters[layer + 1] - t.parameters[layer]
             if layer == layers - 1:
                 params = max(0, params - t.tied_copy)
-            devices = kind.tp * params * per_parameter / room
+            devices = tp * params * per_parameter / room
             if devices < need[layer]:
                 need[layer] = devices
     return math.fsum(need)
