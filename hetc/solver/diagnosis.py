@@ -53,6 +53,7 @@ from hetc.costmodel.simulate import simulate
 from hetc.plan import capability_problems
 from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
+from hetc.solver.feasibility import necessary_conditions
 from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
 from hetc.solver.search import Candidate, SearchOptions, search
 from hetc.units import format_duration, format_usd, plural
@@ -238,7 +239,9 @@ def round_down(value: float) -> float:
 
 class Oracle:
     """The planner's search as a feasibility test, memoised on what the diagnosis varies
-    (quotas, constraints, objective, activation checkpointing)."""
+    (quotas, constraints, objective, activation checkpointing). A spec that fails a
+    necessary condition (`feasibility`) is infeasible without a search, as in `plan_spec`:
+    the bisections' probes below the answer are mostly such specs."""
 
     def __init__(
         self,
@@ -267,6 +270,15 @@ class Oracle:
             "approximations": self.approximations,
             "measured_points": self.measured_points,
         }
+
+    def model(self, spec: Spec) -> PlanningModel:
+        """The planning model of `spec` with this oracle's profiles and points."""
+        return PlanningModel(
+            spec,
+            profiles=self.profiles,
+            overhead=self.overhead,
+            measured_points=self.measured_points,
+        )
 
     def best(self, spec: Spec) -> Candidate | None:
         """The search's best candidate under `spec`'s objective, if it is inside the
@@ -298,13 +310,10 @@ class Oracle:
     def _solve(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
         """(the best candidate found, inside the capability matrix, and whether the search
         was complete)."""
+        model = self.model(spec)
+        if necessary_conditions(model) is not None:
+            return None, True
         self.solves += 1
-        model = PlanningModel(
-            spec,
-            profiles=self.profiles,
-            overhead=self.overhead,
-            measured_points=self.measured_points,
-        )
         chosen = (
             default_approximations(model) if self.approximations is None else self.approximations
         )
@@ -333,12 +342,7 @@ class Oracle:
         candidate = self.witness(spec)
         if candidate is None:
             return None
-        model = PlanningModel(
-            spec,
-            profiles=self.profiles,
-            overhead=self.overhead,
-            measured_points=self.measured_points,
-        )
+        model = self.model(spec)
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=spec_hash(spec))
         simulation = simulate(plan, spec, profiles=self.profiles, overhead=self.overhead)
         plan = replace(plan, predictions=predictions_of(simulation))
@@ -540,10 +544,21 @@ def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fi
 def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     """Name the binding constraint(s) of an infeasible spec and the least change of each
     that makes it feasible (see the module docstring); raises ValueError on a feasible one.
-    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points."""
+    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points.
+    When a necessary condition (`feasibility`) already fails, the message ends with it:
+    why no plan exists, proven before any search, and the bound on the change it gives."""
     oracle = Oracle(**kwargs)
     if oracle.feasible(spec):
         raise ValueError("the spec is feasible: there is nothing to diagnose")
+    diagnosis = _diagnose(oracle, spec)
+    proof = necessary_conditions(oracle.model(spec))
+    if proof is None:
+        return diagnosis
+    message = f"{diagnosis.message}. Before any search: {proof.reason} ({proof.change})"
+    return replace(diagnosis, message=message)
+
+
+def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
     families = present(spec)
     alternatives: list[tuple[Fix, ...]] = []
     binding: list[str] = []

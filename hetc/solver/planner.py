@@ -9,6 +9,7 @@ is then built and run through the event simulator, whose numbers become the plan
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from threading import Event
@@ -21,6 +22,7 @@ from hetc.costmodel.simulate import Simulation, simulate
 from hetc.plan import Plan, Predictions, capability_problems
 from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
+from hetc.solver.feasibility import Infeasible, necessary_conditions
 from hetc.solver.search import (
     APPROXIMATIONS,
     Candidate,
@@ -83,6 +85,9 @@ class PlanningResult:
     search: SearchResult
     approximations: frozenset[str]
     model: PlanningModel
+    infeasible: Infeasible | None = None
+    """The necessary condition the spec fails (`feasibility`), when one does: then no search
+    ran and `search` is complete with no candidate."""
 
 
 def plan_spec(
@@ -103,7 +108,7 @@ def plan_spec(
     by the simulator among the search's best `max(top, RERANKED)` candidates (for `top` above
     RERANKED, a second search lists them, so that `search` in the result, the one that chose
     plan 1, does not depend on `top`; a search stopped by a limit lists only its RERANKED);
-    with
+    none, without a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
     (`PlanningModel`)."""
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
@@ -113,6 +118,21 @@ def plan_spec(
         spec, profiles=profiles, overhead=overhead, measured_points=measured_points
     )
     chosen = default_approximations(model) if approximations is None else approximations
+    started = time.perf_counter()
+    proof = necessary_conditions(model)
+    if proof is not None:
+        nothing = SearchResult(
+            candidates=(),
+            evaluations=0,
+            complete=True,
+            seconds=time.perf_counter() - started,
+            lower_bound=math.inf,
+            gap=None,
+            stop_reason=f"infeasible before any search: {proof.reason}",
+        )
+        return PlanningResult(
+            proposals=(), search=nothing, approximations=chosen, model=model, infeasible=proof
+        )
     options = SearchOptions(
         top=RERANKED,
         approximations=chosen,

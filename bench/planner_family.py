@@ -1,0 +1,132 @@
+"""The planner over a seeded family of specs unlike the benchmark scenarios (`spec_family`).
+
+Each spec is planned as `hetc plan` plans it (`planner.plan_spec` with its default
+approximations and the interactive time limit, `--time-limit` to change it) in a child process
+killed after 30 s of wall time (then the spec is "unanswered"). Prints one row per spec (its
+size, model, objective, constraints, seconds, verdict, the proven gap of the plan) and the
+percentiles of time and gap, and ends with `p95 seconds: X, worst gap: Y, unanswered: Z`
+(the gap is the search's proven bound on how far plan 1 is from the best plan of the planning
+model, `hetc.solver.certificate`). Wall times on a loaded 2-core VM are noisy; nothing is
+asserted about them.
+
+Usage: python bench/planner_family.py [--count N] [--seed S] [--cap SECONDS] [--time-limit S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import sys
+import time
+from multiprocessing.connection import Connection
+
+from spec_family import family_spec
+
+from hetc.schema.spec import Spec
+from hetc.solver.certificate import gap_text
+from hetc.solver.planner import INTERACTIVE_TIME_LIMIT, plan_spec
+
+CAP_SECONDS = 30.0
+
+
+def describe(spec: Spec) -> str:
+    """One spec's size in a few words."""
+    devices = {p.device for z in spec.zones for p in z.pools}
+    pools = sum(len(z.pools) for z in spec.zones)
+    quota = sum(p.quota for z in spec.zones for p in z.pools)
+    c = spec.constraints
+    limits = [
+        name
+        for name, value in (
+            ("max_gpus", c.max_gpus),
+            ("budget", c.max_cost_per_iteration),
+            ("floor", c.min_throughput),
+        )
+        if value is not None
+    ]
+    return (
+        f"{len(devices)} types, {len(spec.zones)} zones,"
+        f" {len({z.region for z in spec.zones})} regions, {pools} pools, {quota} devices,"
+        f" {spec.model.parameter_count() / 1e9:.2g}B parameters, {spec.objective},"
+        f" {'+'.join(limits) or '-'}"
+    )
+
+
+Answer = tuple[float, str, float | None]
+"""Seconds, verdict, and the proven gap of plan 1 (None without a plan)."""
+
+
+def _child(spec: Spec, time_limit: float | None, out: Connection) -> None:
+    started = time.perf_counter()
+    result = plan_spec(spec, time_limit=time_limit)
+    seconds = time.perf_counter() - started
+    gap = result.search.gap if result.proposals else None
+    if result.proposals:
+        verdict = "plan" if result.search.complete else "plan, search stopped"
+    elif result.infeasible is not None:
+        verdict = f"infeasible before search ({result.infeasible.binding})"
+    else:
+        verdict = "infeasible" if result.search.complete else "stopped, no plan"
+    out.send((seconds, verdict, gap))
+
+
+def timed(spec: Spec, cap: float, time_limit: float | None) -> Answer | None:
+    """(seconds, verdict, gap) of planning `spec`, or None when it took more than `cap` s."""
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    child = multiprocessing.get_context("fork").Process(
+        target=_child, args=(spec, time_limit, sender)
+    )
+    child.start()
+    answered = receiver.poll(cap)
+    answer: Answer | None = receiver.recv() if answered else None
+    if child.is_alive():
+        child.kill()
+    child.join()
+    return answer
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank q-th percentile (0 < q <= 100)."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-len(ordered) * q // 100) - 1)] if ordered else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=27)
+    parser.add_argument("--cap", type=float, default=CAP_SECONDS)
+    parser.add_argument("--time-limit", type=float, default=INTERACTIVE_TIME_LIMIT)
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    times: list[float] = []
+    gaps: list[float] = []
+    unanswered = 0
+    for k in range(args.count):
+        spec = family_spec(rng)
+        answer = timed(spec, args.cap, args.time_limit)
+        if answer is None:
+            unanswered += 1
+            times.append(args.cap)
+            print(f"{k:3d}  >{args.cap:5.0f} s  unanswered  {describe(spec)}", flush=True)
+            continue
+        seconds, verdict, gap = answer
+        times.append(seconds)
+        if gap is not None:
+            gaps.append(gap)
+            verdict += f", gap {gap_text(gap)}"
+        print(f"{k:3d}  {seconds:6.2f} s  {verdict}  {describe(spec)}", flush=True)
+    for q in (50, 90, 95, 100):
+        print(
+            f"p{q} seconds: {percentile(times, q):.2f}, gap: {gap_text(percentile(gaps, q))}"
+            if gaps
+            else f"p{q} seconds: {percentile(times, q):.2f}"
+        )
+    worst = gap_text(max(gaps)) if gaps else "n/a (no plan)"
+    print(f"p95 seconds: {percentile(times, 95):.2f}, worst gap: {worst}, unanswered: {unanswered}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
