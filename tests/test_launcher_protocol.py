@@ -2,7 +2,8 @@
 write for which sites, `--launcher` and the spec's `scheduler`, and determinism.
 
 The golden hashes in tests/data/launchers/*.launch.json were written by `launch_files` of
-commit 409cb2e (before the protocol) for the stored plans; a change of one byte of any
+commit 409cb2e (before the protocol) for the stored plans, except internet-scale's (an example
+added after it, hashed from the protocol's launchers when it was added); a change of one byte of any
 torchrun or Slurm file fails the first test (checked: editing one comment line of
 node.sh.j2 fails it for every example)."""
 
