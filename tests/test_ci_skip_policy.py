@@ -20,9 +20,7 @@ def test_skipped():
 """
 
 
-def _run(
-    pytester: pytest.Pytester, allowed: str, ci: str | None, *extra: str
-) -> pytest.RunResult:
+def _run(pytester: pytest.Pytester, allowed: str, ci: str | None, *extra: str) -> pytest.RunResult:
     monkeypatch = pytest.MonkeyPatch()
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_inner=INNER)
