@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,17 @@ XDIST = ("-n", "2", "--dist", "loadfile")
 controller's."""
 
 
+def _xdist_installed() -> None:
+    assert importlib.util.find_spec("xdist") is not None, (
+        "pytest-xdist is not installed. To fix: pip install -e '.[dev]' (scripts/test.sh does)"
+    )
+
+
 def test_unlisted_skip_on_an_xdist_worker_fails_under_ci(pytester: pytest.Pytester) -> None:
-    """A skip on an xdist worker that skips_allowed.txt does not name fails the whole run."""
+    """A skip on an xdist worker that skips_allowed.txt does not name fails the whole run
+    (mutation check: the controller ignoring worker reports, `hasattr(report, "node")`, makes
+    this run pass)."""
+    _xdist_installed()
     result = _run(pytester, "# nothing allowed\n", "true", *XDIST)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*test_inner.py::test_skipped*"])
@@ -71,6 +81,7 @@ def test_unlisted_skip_on_an_xdist_worker_fails_under_ci(pytester: pytest.Pytest
 
 def test_listed_skip_on_an_xdist_worker_passes_under_ci(pytester: pytest.Pytester) -> None:
     """A skip on an xdist worker that skips_allowed.txt names is accepted, as in a serial run."""
+    _xdist_installed()
     result = _run(pytester, "test_inner.py::test_skipped  # needs a GPU\n", "true", *XDIST)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*1 passed, 1 skipped*"])
