@@ -16,6 +16,7 @@ share the local Slurm cluster stay together, and files with slow tests are hande
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     config.option.loadscopereorder = False
     return FileGroupScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """An xdist worker started from a background job inherits SIGINT ignored, and so would
+    every process a test starts (bash cannot trap a signal ignored at its start): the
+    Ctrl-C tests need the default handling a foreground pytest has."""
+    if hasattr(config, "workerinput"):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
