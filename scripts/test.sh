@@ -35,4 +35,6 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 fi
 
 # pytest's exit code is the verdict (5, "no tests collected", fails the run like any other).
-exec .venv/bin/python -m pytest "$@"
+# Two workers, one test file each at a time (tests/conftest.py says why and how they are
+# scheduled); `-n 0` among the arguments runs serially.
+exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"

@@ -583,14 +583,14 @@ def test_a_torchrun_failing_before_its_ranks_finished_still_fails(
 def test_the_two_node_example_ends_cleanly_every_time_under_load(
     compiled: Path, tmp_path: Path
 ) -> None:
-    """Five real launches of the two-node example while two busy loops load the cores (the
+    """Three real launches of the two-node example while two busy loops load the cores (the
     load under which a node's torchrun once failed in its teardown): each exits 0 with the
     summary and its final loss, and no stack or node line reaches the terminal."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("HETC_")}
     env = {**environ, "HETC_BACKEND": "gloo", "HETC_STARTUP_TIMEOUT": "120"}
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        for attempt in range(5):
+        for attempt in range(3):
             run_dir = tmp_path / f"run{attempt}"
             done = _launch(
                 compiled,
