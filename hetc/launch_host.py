@@ -22,6 +22,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from hetc.units import plural
+
 RANKS_PER_CORE = 4
 """More ranks than this many per core are refused: 4 ranks on 2 cores train the CPU example in
 seconds; beyond a few per core each rank's share of a core is too small to keep gloo's and
@@ -73,14 +75,14 @@ def host_problems(ranks: Mapping[str, int], *, gpus: int, cores: int) -> list[st
     problems = []
     if ranks.get("gpu", 0) > gpus:
         problems.append(
-            f"the plan runs {ranks['gpu']} rank(s) on GPUs and this host has {gpus or 'no'}"
-            " GPU(s): DeepSpeed would build GPU ops for minutes, then train a GPU-sized model"
-            " on CPU"
+            f"the plan runs {plural(ranks['gpu'], 'rank')} on GPUs and this host has"
+            f" {plural(gpus, 'GPU') if gpus else 'no GPUs'}: DeepSpeed would build GPU ops for"
+            " minutes, then train a GPU-sized model on CPU"
         )
     total = sum(ranks.values())
     if total > RANKS_PER_CORE * cores:
         problems.append(
-            f"the plan starts {total} ranks and this host has {cores} core(s) (at most"
+            f"the plan starts {total} ranks and this host has {plural(cores, 'core')} (at most"
             f" {RANKS_PER_CORE} ranks per core run here)"
         )
     return problems

@@ -74,6 +74,7 @@ from hetc.plan.outcome import (
     run_code,
 )
 from hetc.schema import EnvironmentProblem
+from hetc.units import plural
 
 Echo = Callable[..., None]
 
@@ -264,6 +265,11 @@ def stop_grace(environ: dict[str, str]) -> float:
             f" (default {TERM_GRACE})",
         )
     return int(given) + SHUTDOWN_MARGIN + STOP_SLACK
+
+
+def _all_nodes(count: int) -> str:
+    """'the node' or 'all 3 nodes', for the final line."""
+    return "the node" if count == 1 else f"all {count} nodes"
 
 
 def _describe(code: int) -> str:
@@ -502,7 +508,7 @@ def _failed(launch: _Launch, run: _Running, out_dir: Path) -> int:
     records = f"hetc: the ranks' outcome records say: {why}\n" if why else ""
     terminal.say(
         f"hetc: {run.node.label} {'failed' if meaning == 'failed' else 'stopped'} first,"
-        f" {_describe(status)}; its last {len(run.tail)} line(s)"
+        f" {_describe(status)}; its last {plural(len(run.tail), 'line')}"
         f" (all in {node_log(launch.run_dir, run.node)}):\n"
         + "".join(f"  {line}\n" for line in run.tail)
         + records
@@ -557,11 +563,11 @@ def _supervise(launch: _Launch, timeout: float | None, out_dir: Path, board: Boa
         return 0
     if teardown:
         terminal.say(
-            f"hetc: done: every rank of all {len(runs)} node(s) finished ({', '.join(teardown)}:"
+            f"hetc: done: every rank of {_all_nodes(len(runs))} finished ({', '.join(teardown)}:"
             " torchrun failed in its teardown after that; see its log)"
         )
     else:
-        terminal.say(f"hetc: done: all {len(runs)} node(s) exited 0")
+        terminal.say(f"hetc: done: {_all_nodes(len(runs))} exited 0")
     launch.summarise()
     return 0
 
@@ -646,7 +652,7 @@ def run_launch(
             terminal.say(message)
 
     say(
-        f"hetc: starting {len(chosen)} of {len(nodes)} node(s) of {out_dir} ({start}):"
+        f"hetc: starting {len(chosen)} of {plural(len(nodes), 'node')} of {out_dir} ({start}):"
         f" rendezvous {env['HETC_RDZV_ENDPOINT']}, id {env['HETC_RDZV_ID']},"
         f" run directory {run_dir}"
     )

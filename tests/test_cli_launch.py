@@ -171,7 +171,7 @@ def test_every_node_starts_once_and_every_line_arrives_whole(
     for node_id in node_ids:
         assert f"] fake-torchrun stderr {node_id}" in done.stderr
     end = done.stderr.splitlines()
-    assert end[end.index("hetc: done: all 2 node(s) exited 0") + 1] == "hetc: summary"
+    assert end[end.index("hetc: done: all 2 nodes exited 0") + 1] == "hetc: summary"
 
 
 def test_the_users_restarts_setting_is_kept(compiled: Path, fake: dict[str, str]) -> None:
@@ -397,7 +397,7 @@ def test_real_torchrun_starts_every_rank(compiled: Path, tmp_path: Path) -> None
         compiled, env, "--run-dir", str(tmp_path / "run"), "--timeout", "240", timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "hetc: done: all 2 node(s) exited 0" in done.stderr.splitlines()
+    assert "hetc: done: all 2 nodes exited 0" in done.stderr.splitlines()
     for rank in range(4):
         ready = [
             line
@@ -556,7 +556,7 @@ def test_a_torchrun_failing_after_its_ranks_finished_is_a_done_node(
     assert done.returncode == 0, done.stderr
     assert "Utils.hpp" not in done.stderr and "Traceback" not in done.stderr
     assert (
-        f"hetc: done: every rank of all 2 node(s) finished (node0000 {node_ids[0]}:"
+        f"hetc: done: every rank of all 2 nodes finished (node0000 {node_ids[0]}:"
         " torchrun failed in its teardown after that; see its log)"
     ) in done.stderr
     assert "hetc: summary" in done.stderr

@@ -154,7 +154,7 @@ def test_status_shows_each_generation_and_the_current_one(tmp_path: Path) -> Non
     point_out_at(out, compiled)
     assert owned_link(out)
     lines = status_lines(out)
-    assert lines[0] == f"{out}: 2 generation(s); run directory {state_dir(out) / 'run'}"
+    assert lines[0] == f"{out}: 2 generations; run directory {state_dir(out) / 'run'}"
     assert "generation 0002 (current): node lost: p@z/n1" in lines
     assert "  reconfiguration: plan 0.01 s, compile 0.02 s" in lines
     assert "  resumed at step 40" in lines and lines[-1] == "  ended: running"

@@ -118,7 +118,7 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
         for count, (text, expected) in enumerate(bad.items(), 1):
             availability.write_text(text, encoding="utf-8")
             wait_for(f"the error for {text!r}", lambda e=expected: e in log.read_text(), 30)
-            untouched = "not applied (1 problem(s)); generation 0002 keeps running untouched"
+            untouched = "not applied (1 problem); generation 0002 keeps running untouched"
             assert log.read_text().count(untouched) == count
         assert record(out, 3) is None and supervisor.poll() is None
         assert "ended" in record(out, 2) and record(out, 2)["ended"] is None  # type: ignore[index]

@@ -23,6 +23,7 @@ from hetc.launch_host import (
     plan_ranks,
     recover_stale_locks,
 )
+from hetc.units import plural
 
 ROOT = Path(__file__).resolve().parent.parent
 HETC_LAUNCH = (sys.executable, "-m", "hetc", "launch")
@@ -94,9 +95,9 @@ def test_host_problems_at_and_past_each_limit() -> None:
     assert host_problems({"gpu": 4}, gpus=4, cores=cores) == []
     assert host_problems({"cpu": most}, gpus=0, cores=cores) == []
     (gpu,) = host_problems({"gpu": 5}, gpus=4, cores=cores)
-    assert gpu.startswith("the plan runs 5 rank(s) on GPUs and this host has 4 GPU(s)")
+    assert gpu.startswith("the plan runs 5 ranks on GPUs and this host has 4 GPUs")
     (ranks,) = host_problems({"cpu": most + 1}, gpus=0, cores=cores)
-    assert ranks.startswith(f"the plan starts {most + 1} ranks and this host has 2 core(s)")
+    assert ranks.startswith(f"the plan starts {most + 1} ranks and this host has 2 cores")
 
 
 def test_a_gpu_plan_on_this_cpu_host_is_refused_before_any_node_starts(
@@ -106,7 +107,7 @@ def test_a_gpu_plan_on_this_cpu_host_is_refused_before_any_node_starts(
     assert host_gpus() < plan_ranks(gpu_plan)["gpu"]
     done = _launch(gpu_plan, tmp_path)
     assert done.returncode == 4, done.stderr
-    assert "rank(s) on GPUs and this host has" in done.stderr
+    assert "ranks on GPUs and this host has" in done.stderr
     assert "To fix: launch on the plan's machines" in done.stderr and "--force" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "starts").exists()
@@ -124,7 +125,7 @@ def test_too_many_ranks_for_the_cores_are_refused(tmp_path: Path) -> None:
     assert plan_ranks(out) == {"cpu": ranks, "gpu": 0}
     done = _launch(out, tmp_path)
     assert done.returncode == 4, done.stderr
-    assert f"the plan starts {ranks} ranks and this host has {cores} core(s)" in done.stderr
+    assert f"the plan starts {ranks} ranks and this host has {plural(cores, 'core')}" in done.stderr
     assert not (tmp_path / "starts").exists()
 
 

@@ -17,6 +17,7 @@ import yaml
 from sky.utils import dag_utils
 
 from hetc.emit.launchers.skypilot import ACCELERATORS
+from hetc.units import plural
 from tests.launcher_examples import (
     EXAMPLES,
     example_files,
@@ -111,7 +112,7 @@ def test_run_starts_the_node_script_of_its_rank_with_the_head_as_rendezvous(
     env["SKYPILOT_NUM_NODES"] = str(count + 1)
     done = subprocess.run(["bash", "-c", run], cwd=out, env=env, capture_output=True, text=True)
     assert done.returncode == 2
-    assert f"this task starts {count} node(s), SkyPilot gave {count + 1}" in done.stderr
+    assert f"this task starts {plural(count, 'node')}, SkyPilot gave {count + 1}" in done.stderr
 
 
 def test_job_group_names_its_first_tasks_head_and_multi_site_needs_an_endpoint(

@@ -236,7 +236,7 @@ def test_a_budget_stops_a_tp_group_between_points_and_the_rerun_finishes(tmp_pat
     assert "not measured: TP 2 at microbatch 2" in stderr
     code, stderr = run_measure(spec, output, *options)
     assert code == 0, stderr
-    assert "1 point(s) measured, 1 kept" in stderr
+    assert "1 point measured, 1 kept" in stderr
     assert read_profile(output).points() == [(1, 2), (2, 2)]
 
 
@@ -280,7 +280,7 @@ def test_unknown_device_is_refused_by_name(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("tp", "message"),
-    [("4", "LOCAL-CPU nodes have 2 device(s)"), ("3", "3 does not divide it")],
+    [("4", "LOCAL-CPU nodes have 2 devices"), ("3", "3 does not divide it")],
 )
 def test_tp_the_runtime_cannot_use_is_refused(tmp_path: Path, tp: str, message: str) -> None:
     node = 2 if tp == "4" else 4

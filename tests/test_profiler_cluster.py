@@ -121,7 +121,7 @@ def test_the_zone_sets_the_node_size(tmp_path: Path, monkeypatch: pytest.MonkeyP
     fakes.install(monkeypatch)
     spec, output = write_spec(tmp_path), tmp_path / "p.json"
     small = _measure(spec, output, "--zone", "zone-c", "--tp", "2", "--no-network")
-    assert small.exit_code == 1 and "LOCAL-CPU nodes have 1 device(s)" in small.stderr
+    assert small.exit_code == 1 and "LOCAL-CPU nodes have 1 device" in small.stderr
     large = _measure(spec, output, "--zone", "zone-a", "--tp", "2", "--microbatch", "1")
     assert large.exit_code == 0, large.stderr
     assert fakes.points == [(2, 1)]
@@ -298,7 +298,7 @@ def test_two_nodes_in_two_zones_of_a_region_measure_their_link(tmp_path: Path) -
         assert (link.source, link.target, link.peer, link.fit) == (
             "zone-a", "zone-b", "LOCAL-CPU", fit
         )  # fmt: skip
-    assert "slowest peak of 1 node pair(s)" in str(profile.meta["inter_zone.p2p[2]"])
+    assert "slowest peak of 1 node pair" in str(profile.meta["inter_zone.p2p[2]"])
     assert "zone-a" in str(profile.meta["links[zone-a -> zone-b, LOCAL-CPU, 1 per node]"])
     typed = load(spec)
     zones = {z.name: z for z in typed.zones}

@@ -207,10 +207,10 @@ def test_each_pair_is_filed_by_the_class_of_its_zones_and_devices() -> None:
         ("b", "c", "V100", 2, 4e9),
     ]
     assert filed.notes["inter_zone.p2p[2]"].endswith(
-        "the slowest peak of 2 node pair(s), node 1 (h1, a) <-> node 2 (h2, b)"
+        "the slowest peak of 2 node pairs, node 1 (h1, a) <-> node 2 (h2, b)"
     )
     assert filed.notes["links[a -> c, V100, 2 per node]"].endswith(
-        "the slowest peak of 2 node pair(s), node 0 (h0, a) <-> node 3 (h3, c)"
+        "the slowest peak of 2 node pairs, node 0 (h0, a) <-> node 3 (h3, c)"
     )
     assert sorted(filed.notes) == [
         "inter_node.p2p[2]",

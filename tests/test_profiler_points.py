@@ -193,7 +193,7 @@ def test_reuse_measures_only_the_missing_points(
     missing = _measure(spec, output)
     assert missing.exit_code == 0, missing.output
     assert fakes.points == [(1, 1), (2, 4)] and fakes.network == ["intra"]
-    assert f"2 point(s) measured, {everything - 2} kept" in missing.stderr
+    assert f"2 points measured, {everything - 2} kept" in missing.stderr
     assert read_profile(output).points() == _planner_set(8, 2, 4)
     fakes.points.clear()
     assert _measure(spec, output, "--remeasure").exit_code == 0

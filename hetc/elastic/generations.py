@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hetc.schema import EnvironmentProblem
+from hetc.units import plural
 
 RECORD_FORMAT = 1
 
@@ -144,7 +145,7 @@ def status_lines(out: Path) -> list[str]:
     """What `hetc run --status OUT` prints: one paragraph per generation, newest last."""
     records = read_records(out)
     current = os.path.realpath(out) if out.is_symlink() else None
-    lines = [f"{out}: {len(records)} generation(s); run directory {run_dir(out)}"]
+    lines = [f"{out}: {plural(len(records), 'generation')}; run directory {run_dir(out)}"]
     for record in records:
         number = record["generation"]
         compiled = record.get("compiled")
@@ -155,9 +156,10 @@ def status_lines(out: Path) -> list[str]:
         if record.get("plan"):
             plan = record["plan"]
             lines.append(
-                f"  plan {plan['hash'][:12]}: {plan['world_size']} rank(s) on"
-                f" {len(plan['nodes'])} node(s) ({', '.join(plan['nodes'])}),"
-                f" {plan['stages']} stage(s) x {plan['pipelines']} pipeline(s), predicted"
+                f"  plan {plan['hash'][:12]}: {plural(plan['world_size'], 'rank')} on"
+                f" {plural(len(plan['nodes']), 'node')} ({', '.join(plan['nodes'])}),"
+                f" {plural(plan['stages'], 'stage')} x {plural(plan['pipelines'], 'pipeline')},"
+                " predicted"
                 f" {plan['iteration_time']:.4g} s/iteration"
             )
         if record.get("refused"):

@@ -68,6 +68,7 @@ from hetc.plan import Plan, plan_from_json
 from hetc.plan.outcome import EXIT_FAILED, OutcomeError, read_outcomes, run_code
 from hetc.plan.topology import plan_hash
 from hetc.schema.spec import Spec
+from hetc.units import plural
 
 Echo = Callable[..., None]
 
@@ -179,7 +180,7 @@ class Supervisor:
                 if self.current is not None
                 else "nothing was changed"
             )
-            self.say(f"{path}: not applied ({len(exc.diagnostics)} problem(s)); {running}")
+            self.say(f"{path}: not applied ({plural(len(exc.diagnostics), 'problem')}); {running}")
             return None
         for label in found:
             self.watch.lost.pop(label, None)
@@ -268,10 +269,10 @@ class Supervisor:
             "ended": None,
         }
         self.say(
-            f"generation {number:04d} ({reason}): {record['plan']['world_size']} rank(s) on"
+            f"generation {number:04d} ({reason}): {plural(record['plan']['world_size'], 'rank')} on"
             f" {', '.join(record['plan']['nodes'])}; plan {timings['plan']:.2f} s, compile"
-            f" {timings['compile']:.2f} s ({choice.source}, keeps {choice.kept} running"
-            " device(s))"
+            f" {timings['compile']:.2f} s ({choice.source}, keeps"
+            f" {plural(choice.kept, 'running device')})"
         )
         record["launched_at"] = time.time()
         offset = _size(self.run_dir / "metrics" / "rank-00000.jsonl")

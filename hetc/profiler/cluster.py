@@ -45,6 +45,7 @@ from hetc.profiler.pairs import (
 from hetc.profiler.steps import fit_text
 from hetc.profiler.worker import GroupFailed
 from hetc.schema import EnvironmentProblem
+from hetc.units import plural
 
 __all__ = ["between_nodes", "identity"]
 
@@ -91,8 +92,8 @@ def between_nodes(me: Rank, regions: Mapping[str, str], *, world: int, echo: Ech
     if loud:
         echo(
             f"hetc: {mine.label()} of {len(cluster.nodes)}: timing the links between every"
-            f" two nodes, {','.join(map(str, cluster.flows))} flow(s) per node, in"
-            f" {len(rounds(len(cluster.nodes)))} round(s) ...",
+            f" two nodes, {','.join(map(str, cluster.flows))} flows per node, in"
+            f" {plural(len(rounds(len(cluster.nodes))), 'round')} ...",
             err=True,
         )
     dist.init_process_group(
@@ -118,7 +119,7 @@ def between_nodes(me: Rank, regions: Mapping[str, str], *, world: int, echo: Ech
                 a, b = cluster.nodes[i], cluster.nodes[j]
                 for k, fit in sorted(by_flows.items()):
                     echo(
-                        f"hetc: {a.label()} <-> {b.label()}, {k} flow(s): {fit_text(fit)}",
+                        f"hetc: {a.label()} <-> {b.label()}, {plural(k, 'flow')}: {fit_text(fit)}",
                         err=True,
                     )
     device = cluster.writes(me.rank)

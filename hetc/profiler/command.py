@@ -66,7 +66,7 @@ from hetc.runtime.model import ModelConfig
 from hetc.schema import EnvironmentProblem
 from hetc.schema.diagnostics import did_you_mean
 from hetc.schema.spec import Spec
-from hetc.units import UnitError, parse_quantity
+from hetc.units import UnitError, parse_quantity, plural
 
 __all__ = ["ATTENTION", "layer_task", "run_measure_command"]
 
@@ -163,12 +163,17 @@ def run_measure_command(
     loopback = [n for n in loopback if not _has_inter_node(existing, n)]
     between = bool(filed.network or filed.links)
     total = len(todo) + intra + bool(loopback)
-    held = "" if existing is None else f"; {output} holds {len(existing.points())} point(s) already"
+    held = (
+        ""
+        if existing is None
+        else f"; {output} holds {plural(len(existing.points()), 'point')} already"
+    )
     echo(
         f"hetc: profiling the model of {spec_path} ({spec.model_name}) on {name}:"
         f" {spec.training.precision}, seq_len {spec.training.seq_len},"
         f" microbatch {_list(microbatches)}, TP {_list(degrees)},"
-        f" {per_rank} thread(s) per rank, {warmup} warm-up + {repeats} timed iteration(s){held}",
+        f" {plural(per_rank, 'thread')} per rank, {warmup} warm-up + {repeats} timed"
+        f" iterations{held}",
         err=True,
     )
     if not total and not between:
@@ -232,7 +237,7 @@ def run_measure_command(
         )
         return EXIT_ENVIRONMENT
     summary = (
-        f"hetc: wrote {output}: {measured.count()} point(s) measured"
+        f"hetc: wrote {output}: {plural(measured.count(), 'point')} measured"
         + (f", {len(existing.points())} kept" if existing is not None else "")
         + f", {spec.model.layers + 2} layers each"
         + (", collectives inside a node" if intra and "intra_node" in measured.network else "")
@@ -579,7 +584,8 @@ def _degrees(
     for t in degrees:
         if t > node:
             raise _Refused(
-                f"--tp {t}: {name} nodes have {node} device(s); a TP group stays within a node",
+                f"--tp {t}: {name} nodes have {plural(node, 'device')}; a TP group stays within"
+                " a node",
                 EXIT_INVALID,
             )
         reason = _unsplittable(config, t)
@@ -651,7 +657,7 @@ def _warn_oversubscribed(processes: int, what: str, echo: Echo) -> None:
     cores = len(os.sched_getaffinity(0))
     if processes > cores:
         echo(
-            f"hetc: warning: {what} runs {processes} threads in all on {cores} core(s): the"
+            f"hetc: warning: {what} runs {processes} threads in all on {plural(cores, 'core')}: the"
             " ranks will wait for each other's cores and time slower than they are",
             err=True,
         )

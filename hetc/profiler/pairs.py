@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 
 from hetc.costmodel.profile import BandwidthFit, MeasuredLink, Network
 from hetc.costmodel.sailor_network import SCOPE_WORDS
+from hetc.units import plural
 
 __all__ = [
     "Cluster",
@@ -231,7 +232,7 @@ def _check_node(key: int, members: Sequence[Rank]) -> None:
         raise ClusterRefused(
             [
                 f"node {key} ({first.host}) runs {first.local_world} processes, and a"
-                f" {first.device} node has {first.devices} device(s): n processes stand for"
+                f" {first.device} node has {plural(first.devices, 'device')}: n processes stand for"
                 " n devices of a node sending at once"
             ],
             EXIT_USAGE,
@@ -404,9 +405,9 @@ def file_pairs(
         fit, a, b = _slowest(found)
         filed.network.setdefault(scope, {}).setdefault("p2p", {})[k] = fit
         filed.notes[f"{scope}.p2p[{k}]"] = (
-            f"p2p {SCOPE_WORDS[scope]}, {k} device(s) per node sending at once, measured under"
-            f" torchrun: the slowest peak of {len(found)} node pair(s), {a.label()} <->"
-            f" {b.label()}"
+            f"p2p {SCOPE_WORDS[scope]}, {plural(k, 'device')} per node sending at once, measured"
+            f" under torchrun: the slowest peak of {plural(len(found), 'node pair')},"
+            f" {a.label()} <-> {b.label()}"
         )
     for (source, target, peer, k), found in sorted(named.items()):
         fit, a, b = _slowest(found)
@@ -417,7 +418,7 @@ def file_pairs(
         )
         filed.notes[f"links[{source} -> {target}, {peer}, {k} per node]"] = (
             "measured under torchrun by a ping-pong, so it holds both ways: the slowest peak"
-            f" of {len(found)} node pair(s), {a.label()} <-> {b.label()}"
+            f" of {plural(len(found), 'node pair')}, {a.label()} <-> {b.label()}"
         )
     return filed
 

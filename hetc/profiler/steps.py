@@ -28,6 +28,7 @@ from hetc.profiler.layers import KINDS, LayerTask, RankMeasurement, measure_poin
 from hetc.profiler.progress import Progress
 from hetc.profiler.worker import run_group, run_layer_group
 from hetc.schema.spec import Spec
+from hetc.units import plural
 
 ATTENTION = "sdpa"
 """`hetc.runtime.model.Attention` calls torch.nn.functional.scaled_dot_product_attention
@@ -163,8 +164,10 @@ def measure_loopback(
     seconds = run_group(request, 2 * node, threads=threads, deadline_s=GROUP_DEADLINE_S)[0]
     found = collectives.loopback_fits(seconds, sizes)
     for n, fit in found.items():
-        progress.note(f"hetc: between two nodes over loopback, {n} flow(s): {fit_text(fit)}")
-    progress.point(f"link between nodes over loopback, {','.join(map(str, flows))} flow(s)")
+        progress.note(
+            f"hetc: between two nodes over loopback, {plural(n, 'flow')}: {fit_text(fit)}"
+        )
+    progress.point(f"link between nodes over loopback, {','.join(map(str, flows))} flows")
     return {"inter_node": {"p2p": found}}
 
 
