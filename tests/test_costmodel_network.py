@@ -55,10 +55,10 @@ LONE = Zone(name="campus", region="campus", pools=())  # a zone given no region
 def test_link_classes_without_overrides() -> None:
     """Same zone, same region and different regions pick the three spec classes."""
     net = Network()
-    assert link_between(net, A, A) is INTRA_ZONE_DEFAULT
-    assert link_between(net, A, B) is INTER_ZONE_DEFAULT
-    assert link_between(net, A, W) is INTER_REGION_DEFAULT
-    assert link_between(net, W, LONE) is INTER_REGION_DEFAULT
+    assert link_between(net, A, A) == INTRA_ZONE_DEFAULT
+    assert link_between(net, A, B) == INTER_ZONE_DEFAULT
+    assert link_between(net, A, W) == INTER_REGION_DEFAULT
+    assert link_between(net, W, LONE) == INTER_REGION_DEFAULT
 
 
 def test_zone_override_beats_region_override_field_by_field() -> None:
@@ -85,9 +85,9 @@ def test_zone_override_beats_region_override_field_by_field() -> None:
 def test_overrides_do_not_touch_intra_zone_or_unrelated_pairs() -> None:
     """An override naming a zone and its own region leaves traffic inside the zone alone."""
     net = Network(links=(LinkOverride(between=("us-central1-a", "us-central1"), latency=2e-3),))
-    assert link_between(net, A, A) is INTRA_ZONE_DEFAULT
+    assert link_between(net, A, A) == INTRA_ZONE_DEFAULT
     assert link_between(net, A, B) == LinkClass(bandwidth=50 * GBPS, latency=2e-3)
-    assert link_between(net, B, W) is INTER_REGION_DEFAULT
+    assert link_between(net, B, W) == INTER_REGION_DEFAULT
 
 
 def test_name_that_is_zone_and_region_counts_as_zone() -> None:

@@ -6,12 +6,23 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 import pytest
 
 from hetc.solver.interrupt import interrupt_stops
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handling, as an interactive `hetc plan` has it (a process started
+    in the background, as a test worker may be, inherits SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_the_first_sigint_sets_the_event_and_a_second_interrupts() -> None:
     """A SIGINT inside the block sets the event without raising; the next one raises
     KeyboardInterrupt; after the block the handler is the one from before."""
