@@ -77,11 +77,11 @@ def _samples(generations: list[dict], ends: list[int]) -> Counter[int]:
 def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
     """A node's ranks killed mid-run: the supervisor re-plans on the other node and resumes;
     bad availability files leave that generation running; raising the quota grows the job
-    back; every generation's losses equal an uninterrupted run of its plan from the same
-    checkpoint, and no sample is lost or repeated. Sample ids are counted from the steps the
-    metrics record, through `hetc.runtime.data.pipeline_samples` (which samples a step takes
-    depends on the step and the plan's batch shares alone, pinned by test_runtime_data), not
-    from a new per-step record. Mutation checked: every generation started from scratch
+    back; every generation's losses equal (to fp32 rounding) an uninterrupted run of its plan
+    from the same checkpoint, and no sample is lost or repeated. Sample ids are counted from the
+    steps the metrics record, through `hetc.runtime.data.pipeline_samples` (which samples a step
+    takes depends on the step and the plan's batch shares alone, pinned by test_runtime_data),
+    not from a new per-step record. Mutation checked: every generation started from scratch
     fails here."""
     spec = cpu_spec(tmp_path, steps=STEPS, checkpoint_every=EVERY)
     out, availability = tmp_path / "out", tmp_path / "availability.yaml"
@@ -144,7 +144,9 @@ def test_node_lost_replans_resumes_and_grows_back(tmp_path: Path) -> None:
         end = ends[number - 1]
         steps = range(generation["resumed"], end)
         assert set(steps) <= set(got) and set(steps) <= set(expected)
-        assert [got[s] for s in steps] == [expected[s] for s in steps]
+        # equal up to fp32 rounding: on a loaded CPU two runs of one plan from one checkpoint
+        # have differed in the last bits (3e-8 relative); a wrong resume differs by far more
+        assert [got[s] for s in steps] == pytest.approx([expected[s] for s in steps], rel=1e-5)
     trained_first = losses(run, generations[0]["plan"]["hash"])  # type: ignore[index]
     assert set(range(ends[0])) <= set(trained_first)
     seen = _samples(generations, ends)  # type: ignore[arg-type]
