@@ -68,8 +68,10 @@ from hetc.plan.outcome import (
     EXIT_DONE,
     EXIT_PEER_LOST,
     EXIT_PREEMPTED,
+    OUTCOME_DIR,
     Outcome,
     OutcomeError,
+    read_outcome,
     read_outcomes,
     run_code,
 )
@@ -481,11 +483,16 @@ def finished_ranks(run_dir: Path, node: NodeScript, since: float) -> bool:
     (`hetc.plan.outcome`, code done). Then the node's work is over whatever its torchrun
     returns: the ranks pass a final barrier together before they record it, and what can
     still fail is the agents' own teardown, e.g. a torchrun agent whose rendezvous store's
-    host (another node's agent) exited first, which prints a C++ stack and exits 1."""
-    try:
-        fresh = {o.rank: o.code for o in read_outcomes(run_dir) if o.time >= since}
-    except OutcomeError:
-        return False
+    host (another node's agent) exited first, which prints a C++ stack and exits 1. A record
+    that cannot be read (another node's, being written) says nothing about this node."""
+    fresh: dict[int | None, int] = {}
+    for path in sorted((run_dir / OUTCOME_DIR).glob("*.json")):
+        try:
+            record = read_outcome(path)
+        except OutcomeError:
+            continue
+        if record.time >= since:
+            fresh[record.rank] = record.code
     return bool(node.ranks) and all(fresh.get(r) == EXIT_DONE for r in node.ranks)
 
 

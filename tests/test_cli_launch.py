@@ -11,14 +11,18 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from hetc.cli import app
+from hetc.local_launch import NodeScript, finished_ranks
 from hetc.plan.outcome import (
+    EXIT_DONE,
     EXIT_PEER_LOST,
+    EXIT_PREEMPTED,
     CheckpointRef,
     Outcome,
     outcome_path,
@@ -479,7 +483,8 @@ for step in 0 1 2 3 4; do
 done
 for r in $rank_base $((rank_base + 1)); do
     sed -e "s/__NOW__/$(date +%s.%N)/" -e "s/__RANK__/$r/" "$FAKE_DONE" \
-        > "$HETC_RUN_DIR/outcome/rank-0000$r.json"
+        > "$HETC_RUN_DIR/outcome/.rank-0000$r.tmp"  # atomically, as the runtime writes it
+    mv "$HETC_RUN_DIR/outcome/.rank-0000$r.tmp" "$HETC_RUN_DIR/outcome/rank-0000$r.json"
 done
 echo "Exception raised from recvBytes at /pytorch/torch/csrc/distributed/c10d/Utils.hpp:670" >&2
 if [[ "$HETC_NODE" == "${FAKE_FAIL_AFTER_DONE:-}" ]]; then exit 1; fi
@@ -614,3 +619,19 @@ def test_the_two_node_example_ends_cleanly_every_time_under_load(
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def test_finished_ranks_reads_only_what_it_can_of_other_nodes(tmp_path: Path) -> None:
+    """A node whose ranks recorded "done" after the launch began is finished, even while
+    another node's record is half written; a rank recorded before the launch, or not done,
+    leaves it unfinished."""
+    node = NodeScript(index=0, id="n0", script=tmp_path / "node0000.sh", ranks=(0, 1))
+    done = Outcome(code=EXIT_DONE, reason="trained", rank=0, node=None, local_rank=0,
+                   plan_hash=None, step=5, checkpoint=None, time=100.0)  # fmt: skip
+    for rank in (0, 1):
+        write_outcome(outcome_path(tmp_path, rank), replace(done, rank=rank))
+    outcome_path(tmp_path, 2).write_text('{"code": 0, "rea', encoding="utf-8")
+    assert finished_ranks(tmp_path, node, since=50.0)
+    assert not finished_ranks(tmp_path, node, since=150.0)
+    write_outcome(outcome_path(tmp_path, 1), replace(done, rank=1, code=EXIT_PREEMPTED))
+    assert not finished_ranks(tmp_path, node, since=50.0)
