@@ -399,8 +399,8 @@ class _Context:
                 paths = through[j]
                 microbatches = sum(self.plan.pipelines[p].microbatches for p in paths)
                 in_flight = max(1, min(stages - i, microbatches))
-                key = (i, replica.device, replica.tp, in_flight)
-                memory = memories.get(key)
+                kind = (i, replica.device, replica.tp, in_flight)
+                memory = memories.get(kind)
                 if memory is None:
                     memory = rank_memory(
                         self.arch,
@@ -415,7 +415,7 @@ class _Context:
                         overhead=overhead(replica.device),
                         measured_activations=self.measured_activations(i, replica),
                     )
-                    memories[key] = memory
+                    memories[kind] = memory
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
                 capacity = self.device(replica).memory
                 profile = self.profiles.get(replica.device)
