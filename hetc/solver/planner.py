@@ -253,8 +253,9 @@ def explain_unused(
     """For each pool the best plan leaves unused: the best plan that uses it and how it
     compares with plan 1 on the spec's objective, by the simulator (the number `hetc plan`
     ranks and prints by), or why no such plan exists. Under `deadline`, each pool's plan
-    gets an equal part of what is left, and a pool whose part found nothing (or that comes
-    after the budget is spent) is said to be unexplained, not to have no plan."""
+    gets an equal part of what is left among the next `EXPLAINED_AT_ONCE` pools, and a pool
+    whose part found nothing (or that comes after the budget is spent) is said to be
+    unexplained, not to have no plan."""
     if not result.proposals:
         return []
     chosen = result.proposals[0]
@@ -271,7 +272,7 @@ def explain_unused(
             out.append(Explanation(pool=slot.label, best_with=None, loss=UNEXPLAINED))
             continue
         options = {**kwargs, "approximations": result.approximations}
-        part = None if deadline is None else deadline.part(1 / left)
+        part = None if deadline is None else deadline.part(1 / min(left, EXPLAINED_AT_ONCE))
         forced = plan_spec(spec, must_use=frozenset({slot.index}), deadline=part, **options)
         if not forced.proposals and not forced.search.complete:
             out.append(Explanation(pool=slot.label, best_with=None, loss=UNEXPLAINED))
@@ -292,6 +293,11 @@ def explain_unused(
         )
     return out
 
+
+EXPLAINED_AT_ONCE = 4
+"""Under a time limit, `explain_unused` splits what is left over at most this many pools at a
+time: with hundreds of unused pools an equal split would leave each too little to find any
+plan, so the first pools get a search that can answer and the later ones what remains."""
 
 UNEXPLAINED = (
     "not explained within the time limit: no plan using it was found in its part of the"
