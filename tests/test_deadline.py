@@ -15,12 +15,14 @@ from typer.testing import CliRunner
 
 from hetc import cli
 from hetc.cli import app
+from hetc.costmodel.planning import PlanningModel
 from hetc.costmodel.simulate import simulate
 from hetc.schema.spec import spec_hash
 from hetc.solver import planner
 from hetc.solver.build import build_plan
 from hetc.solver.deadline import Deadline
 from hetc.solver.planner import UNEXPLAINED, explain_unused, plan_spec
+from hetc.solver.search import SearchOptions, search
 
 
 def readings(*values: float) -> Callable[[], float]:
@@ -129,3 +131,17 @@ def test_plan_json_states_the_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     done = runner.invoke(app, ["plan", str(spec), "--json", "--time-limit", "600"])
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["cut"] == "reranked 1 of 4 candidates in the time limit"
+
+
+def test_a_search_past_its_limit_with_no_candidate_goes_on_to_the_first() -> None:
+    """With a limit of 0 s the search stops at its first check with nothing; with a grace it
+    goes on to its first candidate and stops there (still by the limit, not complete). The
+    planner gives its search that grace (`GRACE_SHARE`)."""
+    model = PlanningModel(tiny())
+    bare = search(model, SearchOptions(time_limit=0.0))
+    assert not bare.candidates and not bare.complete
+    graced = search(model, SearchOptions(time_limit=0.0, grace=60.0))
+    assert len(graced.candidates) == 1 and not graced.complete
+    assert graced.stop_reason == "time limit 0 s reached"
+    full = search(model, SearchOptions())
+    assert full.complete and full.evaluations > graced.evaluations

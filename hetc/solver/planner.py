@@ -73,6 +73,11 @@ step between two checks (a shape's setup: seconds at thousands of options), and 
 and simulating plan 1 takes up to about a second and a half at 6,000 ranks
 (docs/planner.md, Time limit)."""
 
+GRACE_SHARE = 0.3
+"""A search that reaches its share with no candidate yet may go on for this share more of
+what was left when it started (`SearchOptions.grace`): a late plan 1 beats none, and the
+remaining tenth still covers building and simulating it on all but the largest plans."""
+
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:
     """Exact for small clusters, `kind-profiles` for large ones (see LARGE_CLUSTER_DEVICES)."""
@@ -160,6 +165,7 @@ def plan_spec(
         approximations=chosen,
         eval_limit=eval_limit,
         time_limit=_search_seconds(deadline),
+        grace=0.0 if deadline is None else GRACE_SHARE * deadline.remaining(),
         progress=progress,
         must_use=must_use,
         stop=stop,
