@@ -73,10 +73,10 @@ step between two checks (a shape's setup: seconds at thousands of options), and 
 and simulating plan 1 takes up to about a second and a half at 6,000 ranks
 (docs/planner.md, Time limit)."""
 
-GRACE_SHARE = 0.3
-"""A search that reaches its share with no candidate yet may go on for this share more of
-what was left when it started (`SearchOptions.grace`): a late plan 1 beats none, and the
-remaining tenth still covers building and simulating it on all but the largest plans."""
+GRACE_SHARE = 1 - SEARCH_SHARE
+"""A search that reaches its share with no candidate yet may go on to the end of the budget
+(`SearchOptions.grace`, this share of what was left when it started): a plan 1 built a
+little past the limit beats none."""
 
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:
