@@ -14,14 +14,18 @@ import json
 import os
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from hetc import __version__
+
+if TYPE_CHECKING:
+    from hetc.solver.deadline import Deadline
 
 EXIT_INVALID, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 1, 2, 4, 70
 EXIT_BROKEN_PIPE = 141
@@ -54,8 +58,10 @@ TimeLimitOption = Annotated[
     typer.Option(
         "--time-limit",
         min=0.0,
-        help="Search seconds, then the best plan so far with its proven gap (default 8 s,"
-        " none with --exact). Ctrl-C also stops the search with the best plan so far.",
+        help="Wall seconds for the whole command (loading, search, building and simulating"
+        " the ranked plans, --explain; default 8 s, none with --exact): then the best plan"
+        " so far with its proven gap, and what the limit cut. Ctrl-C also stops the search"
+        " with the best plan so far.",
     ),
 ]
 EvalLimitOption = Annotated[
@@ -268,6 +274,7 @@ def plan_command(
     measured_points: MeasuredPointsFlag = False,
 ) -> None:
     """Choose the devices to rent and how to parallelise over them; print the best plans."""
+    started = time.perf_counter()
     from hetc.solver.report import run_plan_command
 
     if solver not in ("search", "cp-sat"):
@@ -281,7 +288,7 @@ def plan_command(
         as_json=as_json,
         explain=explain,
         approximations=_approximations(exact, approximations),
-        time_limit=_time_limit(exact, time_limit),
+        deadline=_deadline(exact, time_limit, started),
         eval_limit=eval_limit,
         solver=solver,
         echo=_echo,
@@ -340,6 +347,7 @@ def compile_command(
 ) -> None:
     """Plan the spec (or take --plan) and write plan, topology, DeepSpeed configs, launch
     scripts and report."""
+    started = time.perf_counter()
     from hetc.emit.command import run_compile_command, run_compile_plan_command
     from hetc.emit.launchers import UnknownLauncher, parse_launchers
 
@@ -395,7 +403,7 @@ def compile_command(
         force=force,
         top=3 if top is None else top,
         approximations=_approximations(exact, approximations),
-        time_limit=_time_limit(exact, time_limit),
+        deadline=_deadline(exact, time_limit, started),
         eval_limit=eval_limit,
         check_with_cp_sat=cross_check,
         echo=typer.echo,
@@ -729,13 +737,16 @@ def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
     return None
 
 
-def _time_limit(exact: bool, given: float | None) -> float | None:
-    """--time-limit as given; else none with --exact, else the interactive default."""
+def _deadline(exact: bool, given: float | None, started: float) -> Deadline | None:
+    """The command's wall budget from `started` (its start, by `time.perf_counter`):
+    --time-limit as given; else none with --exact, else the interactive default."""
+    from hetc.solver.deadline import Deadline
     from hetc.solver.planner import INTERACTIVE_TIME_LIMIT
 
-    if given is not None or exact:
-        return given
-    return INTERACTIVE_TIME_LIMIT
+    seconds = given if given is not None or exact else INTERACTIVE_TIME_LIMIT
+    if seconds is None:
+        return None
+    return Deadline(at=started + seconds, seconds=seconds)
 
 
 def _checked_spec(spec: Path) -> Any:

@@ -106,11 +106,17 @@ def simulate_1f1b(
     pipelines: list[PipelineTimes], sync: list[float], update: list[float]
 ) -> Timeline:
     """Event-level 1F1B: ranks run their fixed order; an op starts when its rank is free and
-    its input has arrived; a transfer starts when produced and its link direction is free."""
+    its input has arrived; a transfer starts when produced and its link direction is free.
+    Pipelines run independently until the synchronisation, so pipelines of equal times
+    (most of a plan of thousands of replicas) are simulated once."""
     busy: dict[tuple[int, int], tuple[Interval, ...]] = {}
     stage_done = [0.0] * len(sync)
+    simulated: dict[PipelineTimes, dict[int, tuple[Interval, ...]]] = {}
     for p, times in enumerate(pipelines):
-        for stage, intervals in _simulate_pipeline(times).items():
+        found = simulated.get(times)
+        if found is None:
+            found = simulated[times] = _simulate_pipeline(times)
+        for stage, intervals in found.items():
             busy[p, stage] = intervals
             stage_done[stage] = max(stage_done[stage], intervals[-1].end)
     total = 0.0

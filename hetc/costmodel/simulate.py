@@ -178,6 +178,7 @@ class _Context:
         self.gradient_element = gradient_element_bytes(spec.training.precision)
         self.pricer = LinkPricer(spec, profiles)
         self._models: dict[str, ComputeModel] = {}
+        self._stage_times: dict[tuple[int, str, int], LayerTimes] = {}
 
     def device(self, replica: Replica) -> DeviceType:
         return self.spec.devices[replica.device]
@@ -202,13 +203,20 @@ class _Context:
         return range(start, stop)
 
     def stage_times(self, stage: int, replica: Replica) -> LayerTimes:
-        model, mbs = self.model(replica), self.plan.microbatch_size
-        parts = [model.layer_times(i, mbs, replica.tp) for i in self.layer_indices(stage)]
-        return LayerTimes(
-            sum(p.forward for p in parts),
-            sum(p.backward for p in parts),
-            sum(p.update for p in parts),
-        )
+        """The stage's summed layer times on the replica's device at its TP degree, computed
+        once per (stage, device, TP): a plan of thousands of replicas has a few such kinds."""
+        key = (stage, replica.device, replica.tp)
+        found = self._stage_times.get(key)
+        if found is None:
+            model, mbs = self.model(replica), self.plan.microbatch_size
+            parts = [model.layer_times(i, mbs, replica.tp) for i in self.layer_indices(stage)]
+            found = LayerTimes(
+                sum(p.forward for p in parts),
+                sum(p.backward for p in parts),
+                sum(p.update for p in parts),
+            )
+            self._stage_times[key] = found
+        return found
 
     def measured_activations(self, stage: int, replica: Replica) -> list[float] | None:
         """The profile's activation bytes of every layer of the stage, or None when the
@@ -345,7 +353,7 @@ class _Context:
         `traffic.iteration_ledger` lists them, on ring-algorithm flows."""
         topology = topology_of(self.plan, tied_embeddings=self.arch.tied_embeddings)
         zone_of = {p.rank: self.nodes[p.node].zone for p in topology.processes}
-        return zone_traffic(iteration_ledger(self.plan, self.spec), zone_of)
+        return zone_traffic(iteration_ledger(self.plan, self.spec, topology), zone_of)
 
     def model_flops(self) -> float:
         """FLOPs of one iteration's forward and backward at TP 1 (no recomputation)."""
@@ -377,26 +385,37 @@ class _Context:
     def ranks(
         self, timeline: Timeline, overhead: Callable[[str], FrameworkOverhead]
     ) -> tuple[RankReport, ...]:
+        """One report per rank. The pipelines through each replica are indexed once, and a
+        rank's memory is computed once per (stage, device, TP, microbatches in flight), the
+        only inputs `rank_memory` reads that vary within a plan."""
         reports = []
         stages = len(self.plan.stages)
+        memories: dict[tuple[int, str, int, int], MemoryBreakdown] = {}
         for i, s in enumerate(self.plan.stages):
+            through: defaultdict[int, list[int]] = defaultdict(list)
+            for p, path in enumerate(self.plan.pipelines):
+                through[path.replicas[i]].append(p)
             for j, replica in enumerate(s.replicas):
-                paths = [p for p, path in enumerate(self.plan.pipelines) if path.replicas[i] == j]
+                paths = through[j]
                 microbatches = sum(self.plan.pipelines[p].microbatches for p in paths)
-                shape = self.shape(i, replica.tp, max(1, min(stages - i, microbatches)))
-                memory = rank_memory(
-                    self.arch,
-                    shape,
-                    seq_len=self.spec.training.seq_len,
-                    precision=self.spec.training.precision,
-                    optimizer=self.spec.training.optimizer.type,
-                    zero_stage=self.spec.training.zero_stage,
-                    dp=len(s.replicas),
-                    checkpointing=self.spec.training.activation_checkpointing,
-                    bucket_bytes=reduce_bucket_elements(self.arch.parameter_count()),
-                    overhead=overhead(replica.device),
-                    measured_activations=self.measured_activations(i, replica),
-                )
+                in_flight = max(1, min(stages - i, microbatches))
+                kind = (i, replica.device, replica.tp, in_flight)
+                memory = memories.get(kind)
+                if memory is None:
+                    memory = rank_memory(
+                        self.arch,
+                        self.shape(i, replica.tp, in_flight),
+                        seq_len=self.spec.training.seq_len,
+                        precision=self.spec.training.precision,
+                        optimizer=self.spec.training.optimizer.type,
+                        zero_stage=self.spec.training.zero_stage,
+                        dp=len(s.replicas),
+                        checkpointing=self.spec.training.activation_checkpointing,
+                        bucket_bytes=reduce_bucket_elements(self.arch.parameter_count()),
+                        overhead=overhead(replica.device),
+                        measured_activations=self.measured_activations(i, replica),
+                    )
+                    memories[kind] = memory
                 busy = 1.0 - min(timeline.bubble_fraction(p, i) for p in paths)
                 capacity = self.device(replica).memory
                 profile = self.profiles.get(replica.device)

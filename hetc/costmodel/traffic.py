@@ -155,23 +155,27 @@ def flows(call: Call, rank: int) -> list[tuple[int, Fraction]]:
     ]
 
 
-def _flows(call: Call, rank: int) -> list[tuple[int, int, int]]:
+def _flows(
+    call: Call, rank: int, position: Mapping[int, int] | None = None
+) -> list[tuple[int, int, int]]:
     """`flows` as (receiver, numerator, denominator): exact without Fraction's cost, which
-    dominates the zone traffic of a plan of thousands of ranks."""
+    dominates the zone traffic of a plan of thousands of ranks. `position` maps each rank of
+    `call.group` to its index there, for a caller that meets one group many times (looking
+    a rank up in a group of thousands, rank by rank, is quadratic)."""
     group, size = call.group, call.nbytes
     n = len(group)
     if call.kind == "send":
         return [(group[1], size, 1)]
     if call.kind == "recv" or n == 1:
         return []
-    at = group.index(rank)
+    at = group.index(rank) if position is None else position[rank]
     successor = group[(at + 1) % n]
     if call.kind == "all_reduce":
         return [(successor, 2 * (n - 1) * size, n)]
     if call.kind == "all_gather":
         return [(successor, (n - 1) * size, 1)]
     assert call.root is not None
-    start = group.index(call.root)
+    start = group.index(call.root) if position is None else position[call.root]
     return [] if (at - start) % n == n - 1 else [(successor, size, 1)]
 
 
@@ -273,9 +277,11 @@ def stage_parameters(
 # -- the ledger -----------------------------------------------------------------------------
 
 
-def iteration_ledger(plan: Plan, spec: Spec) -> Ledger:
-    """Every call each plan rank makes in one steady iteration of `plan` (module docstring)."""
-    topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
+def iteration_ledger(plan: Plan, spec: Spec, topology: Topology | None = None) -> Ledger:
+    """Every call each plan rank makes in one steady iteration of `plan` (module docstring);
+    `topology` is the plan's (`topology_of`), given where the caller already has it."""
+    if topology is None:
+        topology = topology_of(plan, tied_embeddings=spec.model.tied_embeddings)
     ledger = _LedgerBuilder(plan, spec, topology)
     return {p.rank: tuple(ledger.rank(p)) for p in topology.processes}
 
@@ -295,12 +301,20 @@ class _LedgerBuilder:
         self.world = tuple(range(topology.world_size))
         self.stages = len(plan.stages)
         self.tied = self.arch.tied_embeddings and self.stages > 1
+        self._stage_parameters: dict[int, list[Parameter]] = {}
+        self._engine_stages = [
+            self.zero in (1, 2) and len({r.tp for r in s.replicas}) == 1 for s in plan.stages
+        ]
+        tied_names = sorted(n for n in self.groups if n.startswith("tied-embedding/"))
+        self._tied_chunks = int(tied_names[0].rsplit("of", 1)[1]) if tied_names else 0
+        self._buckets: dict[tuple[int, int, int], tuple[list[int], int]] = {}
+        """ZeRO reduce-bucket sizes and the elements a rank holds, by (stage, TP,
+        data-parallel width): the same for every rank of that stage and TP degree."""
 
     def _engine_stage(self, stage: int) -> bool:
         """Whether the stage trains through DeepSpeed (`hetc.runtime.train.wants_engine`):
         ZeRO 1 or 2 and one TP degree over its replicas."""
-        replicas = self.plan.stages[stage].replicas
-        return self.zero in (1, 2) and len({r.tp for r in replicas}) == 1
+        return self._engine_stages[stage]
 
     def rank(self, p: Process) -> list[Entry]:
         entries = self._boundaries(p) + self._layers(p)
@@ -387,9 +401,15 @@ class _LedgerBuilder:
         return longest - self.plan.pipelines[p.pipeline].microbatches
 
     def _parameters(self, p: Process) -> list[Parameter]:
-        stage = self.plan.stages[p.stage]
-        holds = stage_holds(self.plan, p.stage, self.arch.tied_embeddings)
-        return stage_parameters(self.arch, stage.first_block, stage.end_block, holds)
+        """The stage's parameters, listed once per stage (every rank of a stage reads the
+        same list, and a stage of a large model has thousands)."""
+        found = self._stage_parameters.get(p.stage)
+        if found is None:
+            stage = self.plan.stages[p.stage]
+            holds = stage_holds(self.plan, p.stage, self.arch.tied_embeddings)
+            found = stage_parameters(self.arch, stage.first_block, stage.end_block, holds)
+            self._stage_parameters[p.stage] = found
+        return found
 
     def _control(self) -> Entry:
         """hetc's control values, over every rank in one fp64 all-reduce
@@ -404,8 +424,7 @@ class _LedgerBuilder:
         """The token table's gradient summed over every holder, chunk by chunk."""
         if not self.tied or p.stage not in (0, self.stages - 1):
             return []
-        names = sorted(n for n in self.groups if n.startswith("tied-embedding/"))
-        chunks = int(names[0].rsplit("of", 1)[1])
+        chunks = self._tied_chunks
         tp = len(self._tp_group(p))
         mine = range(p.tp_rank * chunks // tp, (p.tp_rank + 1) * chunks // tp)
         size = padded_vocab(self.arch.vocab) * self.arch.hidden // chunks
@@ -453,13 +472,18 @@ class _LedgerBuilder:
         tp = stage.replicas[p.replica].tp
         dp_group = self.groups[f"dp/stage{p.stage}/shard{p.tp_rank}of{tp}"]
         tp_group = self._tp_group(p)
-        local = [q.local(tp) for q in self._parameters(p)]
         rounds = 1
         if self.zero == 2:
             rounds = self.plan.pipelines[p.pipeline].microbatches + self._pads(p)
-        bucket = reduce_bucket_elements(self.arch.parameter_count())
         found: Counter[tuple[Call, str]] = Counter()
-        sizes = _bucket_sizes(local, reverse=self.zero == 2, bucket=bucket, dp=len(dp_group))
+        key = (p.stage, tp, len(dp_group))
+        known = self._buckets.get(key)
+        if known is None:
+            local = [q.local(tp) for q in self._parameters(p)]
+            bucket = reduce_bucket_elements(self.arch.parameter_count())
+            sizes = _bucket_sizes(local, reverse=self.zero == 2, bucket=bucket, dp=len(dp_group))
+            known = self._buckets[key] = (sizes, sum(local))
+        sizes, held = known
         for size in sizes:
             call = Call("all_reduce", dp_group, size, self.gradient)
             found[call, "ZeRO reduce bucket"] += rounds
@@ -477,7 +501,7 @@ class _LedgerBuilder:
         d = len(dp_group)
         if d > 1:
             alignment = ZERO_ALIGNMENT * d
-            padded = -(-sum(local) // alignment) * alignment
+            padded = -(-held // alignment) * alignment
             gather = Call("all_gather", dp_group, padded // d, self.element)
             entries.append(Entry(gather, 1, "ZeRO updated weights"))
         return entries
@@ -535,10 +559,17 @@ def zone_traffic(ledger: Ledger, zone_of: Mapping[int, str]) -> dict[tuple[str, 
     """Bytes per iteration from zone to zone (pairs within a zone left out), for plan ranks
     placed in zones by `zone_of`."""
     total: defaultdict[tuple[str, str], float] = defaultdict(float)
+    positions: dict[int, dict[int, int]] = {}
+    """Each group's rank-to-index map by the group tuple's identity (ranks of one group share
+    one tuple, which the ledger keeps alive while this runs)."""
     for rank, entries in ledger.items():
         here = zone_of[rank]
         for entry in entries:
-            for to, numerator, denominator in _flows(entry.call, rank):
+            group = entry.call.group
+            position = positions.get(id(group))
+            if position is None:
+                position = positions[id(group)] = {r: i for i, r in enumerate(group)}
+            for to, numerator, denominator in _flows(entry.call, rank, position):
                 if zone_of[to] != here:
                     total[here, zone_of[to]] += entry.count * numerator / denominator
     return dict(sorted(total.items()))

@@ -14,9 +14,14 @@ from hetc.emit.output import write_output
 from hetc.schema import EnvironmentProblem
 from hetc.schema.source import read_plain_text
 from hetc.schema.spec import Spec
+from hetc.solver.deadline import Deadline
 from hetc.solver.given import GivenPlanError, check_given_plan
 from hetc.solver.report import Echo, cross_check, planned_or_diagnosed, stopped_text
 from hetc.units import format_duration, format_usd, plural
+
+PLANNING_SHARE = 0.75
+"""Of `hetc compile`'s wall budget, the share planning may spend; the rest is for writing the
+output, which takes seconds at thousands of ranks (docs/planner.md, Time limit)."""
 
 
 def run_compile_command(
@@ -27,7 +32,7 @@ def run_compile_command(
     force: bool,
     top: int,
     approximations: frozenset[str] | None,
-    time_limit: float | None,
+    deadline: Deadline | None,
     eval_limit: int | None,
     check_with_cp_sat: bool,
     echo: Echo,
@@ -45,7 +50,7 @@ def run_compile_command(
         top=top,
         as_json=False,
         approximations=approximations,
-        time_limit=time_limit,
+        deadline=None if deadline is None else deadline.part(PLANNING_SHARE),
         eval_limit=eval_limit,
         echo=echo,
         profile_files=profile_files,
@@ -58,6 +63,8 @@ def run_compile_command(
     result, _options = planned
     if not result.search.complete:
         echo(f"hetc: warning: {stopped_text(result.search)}; compiling it", err=True)
+    if result.cut is not None:
+        echo(f"hetc: warning: {result.cut} (raise --time-limit for more)", err=True)
     compiled = compile_output(
         spec,
         result,

@@ -22,6 +22,7 @@ from hetc.costmodel.simulate import Simulation, simulate
 from hetc.plan import Plan, Predictions, capability_problems
 from hetc.schema.spec import Spec, spec_hash
 from hetc.solver.build import build_plan
+from hetc.solver.deadline import Deadline
 from hetc.solver.feasibility import Infeasible, necessary_conditions
 from hetc.solver.search import (
     APPROXIMATIONS,
@@ -59,9 +60,24 @@ tests (optimal on 77 of 80 feasible ones, worst gap 17.7%, mean 0.25%)."""
 
 
 INTERACTIVE_TIME_LIMIT = 8.0
-"""Search seconds `hetc plan` and `hetc compile` allow unless told otherwise (`--exact`
-lifts it): with building and simulating the best few, an answer within 10 s on any spec;
-the answer states the gap it has proven (`certificate`)."""
+"""Wall seconds `hetc plan` and `hetc compile` allow the whole command unless told otherwise
+(`--exact` lifts it): loading, searching, building and simulating, explaining, all under one
+`Deadline` from the command's start, so that with the interpreter's start-up an answer comes
+within 10 s on any spec; the answer states the gap it has proven (`certificate`) and what
+the limit cut (`PlanningResult.cut`)."""
+
+SEARCH_SHARE = 0.6
+"""The share of what is left of the budget when the search starts that the search may
+spend. The rest is for what follows: the search overruns its limit by up to its longest
+step between two checks (a shape's setup: seconds at thousands of options), and building
+and simulating plan 1 takes up to about a second and a half at 6,000 ranks
+(docs/planner.md, Time limit)."""
+
+GRACE_SHARE = 2.0
+"""A search that reaches its share with no candidate yet may go on to its first one for this
+many times what was left when it started (`SearchOptions.grace`), past the budget: a plan 1
+that comes late beats none. On a machine loaded by other jobs (load 7 on 2 cores) the
+10,000-GPU example had no candidate after 5.6 s; idle, its first comes within 2 s."""
 
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:
@@ -88,6 +104,9 @@ class PlanningResult:
     infeasible: Infeasible | None = None
     """The necessary condition the spec fails (`feasibility`), when one does: then no search
     ran and `search` is complete with no candidate."""
+    cut: str | None = None
+    """What the time limit left out after the search, e.g. "reranked 2 of 4 candidates in
+    the time limit"; None when nothing was."""
 
 
 def plan_spec(
@@ -99,6 +118,7 @@ def plan_spec(
     approximations: frozenset[str] | None = None,
     eval_limit: int | None = None,
     time_limit: float | None = None,
+    deadline: Deadline | None = None,
     progress: Progress | None = None,
     must_use: frozenset[int] = frozenset(),
     measured_points: bool = False,
@@ -110,7 +130,15 @@ def plan_spec(
     plan 1, does not depend on `top`; a search stopped by a limit lists only its RERANKED);
     none, without a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
-    (`PlanningModel`)."""
+    (`PlanningModel`).
+
+    `deadline` (or `time_limit` seconds from this call, where no deadline is given) bounds
+    the whole call's wall time: the search gets `SEARCH_SHARE` of what is left, and
+    candidates after the first are built and simulated only while the time the last one
+    took is still left (the first always is, so that there is a plan 1); `cut` says what
+    was left out."""
+    if deadline is None and time_limit is not None:
+        deadline = Deadline.after(time_limit)
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
     if unknown:
         raise ValueError(f"unknown approximation(s) {unknown}; known: {sorted(APPROXIMATIONS)}")
@@ -137,20 +165,28 @@ def plan_spec(
         top=RERANKED,
         approximations=chosen,
         eval_limit=eval_limit,
-        time_limit=time_limit,
+        time_limit=_search_seconds(deadline),
+        grace=0.0 if deadline is None else GRACE_SHARE * deadline.remaining(),
         progress=progress,
         must_use=must_use,
         stop=stop,
     )
-    result = search(model, options)
+    result = _budget_said(search(model, options), deadline)
     candidates = result.candidates
     if top > RERANKED and result.complete:
         # a top-K search prunes less as K grows; the search that chose plan 1 (and whose
         # count `hetc plan` prints) is the same whatever --top, and only the list is longer
-        candidates = search(model, replace(options, top=top, progress=None)).candidates
+        again = replace(options, top=top, progress=None, time_limit=_search_seconds(deadline))
+        candidates = search(model, again).candidates
     digest = spec_hash(spec)
-    proposals = []
+    proposals: list[Proposal] = []
+    considered = 0
+    last = 0.0
     for candidate in candidates:
+        if proposals and deadline is not None and deadline.remaining() < last:
+            break
+        begun = time.perf_counter()
+        considered += 1
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=digest)
         training = spec.training
         if capability_problems(plan, zero_stage=training.zero_stage, precision=training.precision):
@@ -158,10 +194,30 @@ def plan_spec(
         simulation = simulate(plan, spec, profiles=profiles, overhead=overhead)
         plan = replace(plan, predictions=predictions_of(simulation))
         proposals.append(Proposal(candidate=candidate, plan=plan, simulation=simulation))
+        last = time.perf_counter() - begun
     ranked = sorted(proposals, key=lambda p: simulated_objective(spec, p.simulation))[:top]
+    cut = None
+    if considered < len(candidates):
+        cut = f"reranked {considered} of {len(candidates)} candidates in the time limit"
     return PlanningResult(
-        proposals=tuple(ranked), search=result, approximations=chosen, model=model
+        proposals=tuple(ranked), search=result, approximations=chosen, model=model, cut=cut
     )
+
+
+def _budget_said(result: SearchResult, deadline: Deadline | None) -> SearchResult:
+    """`result` with a stop by its time limit said as the whole budget's: the user gave
+    `deadline.seconds`, of which the search had its share (`SEARCH_SHARE`)."""
+    if deadline is None or not result.stop_reason.startswith("time limit"):
+        return result
+    said = (
+        f"time limit {deadline.seconds:g} s reached (the search had {result.seconds:.1f} s of it)"
+    )
+    return replace(result, stop_reason=said)
+
+
+def _search_seconds(deadline: Deadline | None) -> float | None:
+    """The search's own limit under `deadline`: `SEARCH_SHARE` of what is left."""
+    return None if deadline is None else SEARCH_SHARE * deadline.remaining()
 
 
 def simulated_objective(spec: Spec, simulation: Simulation) -> float:
@@ -198,20 +254,36 @@ class Explanation:
     loss: str
 
 
-def explain_unused(result: PlanningResult, spec: Spec, **kwargs: Any) -> list[Explanation]:
+def explain_unused(
+    result: PlanningResult, spec: Spec, *, deadline: Deadline | None = None, **kwargs: Any
+) -> list[Explanation]:
     """For each pool the best plan leaves unused: the best plan that uses it and how it
     compares with plan 1 on the spec's objective, by the simulator (the number `hetc plan`
-    ranks and prints by), or why no such plan exists."""
+    ranks and prints by), or why no such plan exists. Under `deadline`, each pool's plan
+    gets an equal part of what is left among the next `EXPLAINED_AT_ONCE` pools, and a pool
+    whose part found nothing (or that comes after the budget is spent) is said to be
+    unexplained, not to have no plan."""
     if not result.proposals:
         return []
     chosen = result.proposals[0]
     best = simulated_objective(spec, chosen.simulation)
+    unused = [
+        slot
+        for slot, nodes in zip(result.model.pools, chosen.candidate.estimate.nodes, strict=True)
+        if not nodes
+    ]
     out = []
-    for slot, nodes in zip(result.model.pools, chosen.candidate.estimate.nodes, strict=True):
-        if nodes:
+    for done, slot in enumerate(unused):
+        left = len(unused) - done
+        if deadline is not None and deadline.expired():
+            out.append(Explanation(pool=slot.label, best_with=None, loss=UNEXPLAINED))
             continue
         options = {**kwargs, "approximations": result.approximations}
-        forced = plan_spec(spec, must_use=frozenset({slot.index}), **options)
+        part = None if deadline is None else deadline.part(1 / min(left, EXPLAINED_AT_ONCE))
+        forced = plan_spec(spec, must_use=frozenset({slot.index}), deadline=part, **options)
+        if not forced.proposals and not forced.search.complete:
+            out.append(Explanation(pool=slot.label, best_with=None, loss=UNEXPLAINED))
+            continue
         if not forced.proposals:
             out.append(
                 Explanation(
@@ -227,6 +299,17 @@ def explain_unused(result: PlanningResult, spec: Spec, **kwargs: Any) -> list[Ex
             Explanation(pool=slot.label, best_with=other, loss=_comparison(spec, value, best))
         )
     return out
+
+
+EXPLAINED_AT_ONCE = 4
+"""Under a time limit, `explain_unused` splits what is left over at most this many pools at a
+time: with hundreds of unused pools an equal split would leave each too little to find any
+plan, so the first pools get a search that can answer and the later ones what remains."""
+
+UNEXPLAINED = (
+    "not explained within the time limit: no plan using it was found in its part of the"
+    " budget (raise --time-limit, or --exact for no limit)"
+)
 
 
 def _comparison(spec: Spec, value: float, best: float) -> str:

@@ -29,6 +29,7 @@ from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
 from hetc.solver.binding import explain_used
 from hetc.solver.certificate import Snapshot, gap_text
+from hetc.solver.deadline import Deadline
 from hetc.solver.diagnosis import Diagnosis, diagnose
 from hetc.solver.interrupt import interrupt_stops
 from hetc.solver.planner import (
@@ -255,6 +256,10 @@ def _explanation_json(explanations: list[Explanation]) -> list[dict[str, Any]]:
     ]
 
 
+EXPLAIN_SHARE = 0.5
+"""With `--explain` under a time limit, the share of the budget left for the explanations."""
+
+
 def planned_or_diagnosed(
     spec: Spec,
     spec_dir: str,
@@ -262,7 +267,7 @@ def planned_or_diagnosed(
     top: int,
     as_json: bool,
     approximations: frozenset[str] | None,
-    time_limit: float | None,
+    deadline: Deadline | None,
     eval_limit: int | None,
     echo: Echo,
     profile_files: Sequence[str] = (),
@@ -273,7 +278,8 @@ def planned_or_diagnosed(
     """Plan the spec: the result and the planner options it used, or the exit code after
     printing why there is no plan (1 bad profile, or with `strict_profiles` a plan resting
     on a formula; 2 bad option; 3 infeasible with diagnosis). `measured_points` (implied by
-    `strict_profiles`) searches only the points the profiles timed."""
+    `strict_profiles`) searches only the points the profiles timed. `deadline` bounds the
+    planning's wall time (`planner.plan_spec`); None for no limit."""
     profiles = read_profiles_for_command(spec, spec_dir, spec_file, profile_files, echo)
     if profiles is None:
         return 1
@@ -297,7 +303,7 @@ def planned_or_diagnosed(
             result = plan_spec(
                 spec,
                 top=top,
-                time_limit=time_limit,
+                deadline=deadline,
                 eval_limit=eval_limit,
                 progress=progress,
                 stop=stop,
@@ -379,7 +385,7 @@ def run_plan_command(
     as_json: bool,
     explain: bool,
     approximations: frozenset[str] | None,
-    time_limit: float | None,
+    deadline: Deadline | None,
     eval_limit: int | None,
     solver: str,
     echo: Echo,
@@ -389,14 +395,18 @@ def run_plan_command(
     spec_file: str = "SPEC",
 ) -> int:
     """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input or a strict
-    refusal, 3 infeasible)."""
+    refusal, 3 infeasible). Under `deadline`, with `--explain`, the plan gets
+    `EXPLAIN_SHARE`'s complement of what is left and the explanations the rest."""
+    planning = deadline
+    if explain and deadline is not None:
+        planning = deadline.part(1 - EXPLAIN_SHARE)
     planned = planned_or_diagnosed(
         spec,
         spec_dir,
         top=top,
         as_json=as_json,
         approximations=approximations,
-        time_limit=time_limit,
+        deadline=planning,
         eval_limit=eval_limit,
         echo=echo,
         profile_files=profile_files,
@@ -408,7 +418,7 @@ def run_plan_command(
         return planned
     result, options = planned
     search = result.search
-    explanations = explain_unused(result, spec, **options) if explain else []
+    explanations = explain_unused(result, spec, deadline=deadline, **options) if explain else []
     checked = cross_check(result) if solver == "cp-sat" else None
     if as_json:
         echo(json.dumps(_result_json(spec, result, explanations, checked), indent=2))
@@ -422,6 +432,8 @@ def run_plan_command(
     )
     if not search.complete:
         echo(f"hetc: warning: {stopped_text(search)}", err=True)
+    if result.cut is not None:
+        echo(f"hetc: warning: {result.cut} (raise --time-limit for more)", err=True)
     blocks = [header]
     profiles = result.model.profiles
     styled = styled_output()
@@ -436,7 +448,7 @@ def run_plan_command(
         blocks.append(
             "every pool of the spec is used by plan 1; how much of each, and what binds:\n"
             + "\n".join(
-                f"  {line}" for line in explain_used(result, spec, time_limit=time_limit, **options)
+                f"  {line}" for line in explain_used(result, spec, deadline=deadline, **options)
             )
         )
     if checked is not None:
@@ -478,6 +490,7 @@ def _result_json(
         "evaluations": search.evaluations,
         "greedy_count_leaves": search.greedy_count_leaves,
         "search_seconds": search.seconds,
+        "cut": result.cut,
         "approximations": sorted(result.approximations),
         "ranked_by": "simulated "
         + ("cost_per_iteration" if spec.objective == "min_cost" else "iteration_time"),

@@ -216,6 +216,7 @@ class Search(Stripes):
                 approximations=self.approx | {"kind-profiles"},
                 eval_limit=self.options.eval_limit,
                 time_limit=self.options.time_limit,
+                grace=self.options.grace,
                 progress=self.options.progress,
                 progress_every=self.options.progress_every,
                 must_use=self.options.must_use,

@@ -81,6 +81,9 @@ class SearchOptions:
     """Stop after this many scored leaves (deterministic)."""
     time_limit: float | None = None
     """Stop after this many seconds (the result is then the best found so far)."""
+    grace: float = 0.0
+    """Seconds past `time_limit` the search may go on while it has no candidate yet, so that
+    a time-limited search on a slow machine still has a plan to return."""
     progress: Progress | None = None
     progress_every: float = 0.2
     must_use: frozenset[int] = frozenset()
@@ -227,7 +230,10 @@ class Incumbent:
         if options.stop is not None and options.stop.is_set():
             raise _Stop("interrupted", interrupted=True)
         now = time.perf_counter()
-        if options.time_limit is not None and now - self.started > options.time_limit:
+        limit = options.time_limit
+        if limit is not None and now - self.started > limit + (
+            0.0 if self.ranked else options.grace
+        ):
             raise _Stop(f"time limit {options.time_limit:g} s reached")
         if options.progress is not None and now - self.last_report >= options.progress_every:
             self.last_report = now
