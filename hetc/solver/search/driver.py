@@ -12,6 +12,8 @@ only what lies under it):
   approximation (its stage options, zone swaps and rings, pair tables, per-profile bounds
   and splits, memory reach, and the enumerator);
 - `stripes`: the zone stripes that seed `kind-profiles`;
+- `shape_solver`: what searches one shape once the driver reaches it (`exact`,
+  `kind-profiles`, or the CP-SAT cross-check), picked from the approximations or by name;
 - `driver` (here): the best-first order over shapes.
 
 What is searched, for every microbatch size m (divisors of the global batch up to 16),
@@ -53,8 +55,8 @@ from dataclasses import replace
 
 from hetc.costmodel.planning import PlanningModel
 from hetc.solver.certificate import relative_gap, some_pool_is_free
-from hetc.solver.search.exact import _Partial
 from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
+from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
 
 APPROXIMATIONS = {
@@ -81,6 +83,14 @@ wider one split in two under their own bounds (`Search._pop_shape`)."""
 class Search(Stripes):
     """The whole search: the best-first order over shapes, over every concept below."""
 
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+        self._solver = shape_solver(options.shape_solver, self.approx)
+        self.unfinished_shapes = 0
+        """Shapes their solver gave up on (`ShapeSolver.solve` answered False)."""
+        self._unfinished_bound = math.inf
+        """The least bound of those shapes: their candidates not found may score that low."""
+
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
@@ -97,8 +107,11 @@ class Search(Stripes):
         except _Stop as why:
             stop = str(why)
             interrupted = why.interrupted
+        if self.unfinished_shapes and not stop:
+            stop = f"the shape solver left {self.unfinished_shapes} shape(s) unfinished"
         candidates = self.alternatives()
         bound = self.lower_bound() if stop or self.approx else self.incumbent()
+        bound = min(bound, self._unfinished_bound)
         return SearchResult(
             candidates=candidates,
             evaluations=self.evaluations,
@@ -143,7 +156,7 @@ class Search(Stripes):
             popped = self._pop_shape(shallow, zoned)
             if popped is not None:
                 searched += 1
-                self._check_limits()
+                self.check_limits()
                 self.shape(*popped)
                 self._searching = math.inf
         queue = shallow + deep
@@ -152,7 +165,7 @@ class Search(Stripes):
         while queue and queue[0][0] <= self.bound():
             popped = self._pop_shape(queue, zoned)
             if popped is not None:
-                self._check_limits()
+                self.check_limits()
                 self.shape(*popped)
                 self._searching = math.inf
 
@@ -254,18 +267,13 @@ class Search(Stripes):
                 previous = found
 
     def shape(self, mbs: int, stages: int, dp: int) -> float | None:
-        """Search one (m, P, D); returns the best objective found in it, or None."""
+        """Search one (m, P, D) with the shape solver (`shape_solver`); returns the best
+        objective found in it, or None. A shape its solver did not finish makes the whole
+        search incomplete."""
         self._shape_best = None
-        if "kind-profiles" in self.approx:
-            self.profiles(mbs, stages, dp)
-            return self._found()
-        if not self.may_win(mbs, stages, dp):
-            return None
-        self._memo = {}
-        state = _Partial(
-            stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
-        )
-        self.stage(state, 0, 0)
+        if not self._solver.solve(self, mbs, stages, dp):
+            self.unfinished_shapes += 1
+            self._unfinished_bound = min(self._unfinished_bound, self._searching)
         return self._found()
 
 

@@ -36,7 +36,7 @@ class Stripes(Profiles):
                 break
             if self.shape_bounds(mbs, stages, dp, dp)[0] > self.bound():
                 continue
-            self._check_limits()
+            self.check_limits()
             m1 = -(-(self.model.batch // mbs) // dp) - 1
             least, fill = self.stripe_terms(sequence, mbs)
             ceiling = self._straggler_ceiling(fill + self.sync_bound(stages, dp), m1, 0.0)
