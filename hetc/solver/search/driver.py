@@ -94,14 +94,16 @@ class Search(Stripes):
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
-        self._root = min((group[0] for group in self._groups()), default=math.inf)
+        self._root = min((group[0] for group in self.shape_groups()), default=math.inf)
         try:
             if "kind-profiles" in self.approx:
-                self._zone_stripes()
+                self.zone_stripes()
             else:
                 self._warm_start()
             if "dp-order" in self.approx:
-                self._dp_ordered(sorted(s for g in self._groups() for s in self._listed(*g[1:])))
+                self._dp_ordered(
+                    sorted(s for g in self.shape_groups() for s in self._listed(*g[1:]))
+                )
             else:
                 self._best_first()
         except _Stop as why:
@@ -127,12 +129,12 @@ class Search(Stripes):
     def _best_first(self) -> None:
         """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
         that cannot beat the incumbent. Each (m, P) enters as one entry, the range of every
-        D, under its group bound (`_groups`), and is split into ranges or listed shape by
+        D, under its group bound (`shape_groups`), and is split into ranges or listed shape by
         shape only when popped (`_pop_shape`): a range's bound is at most each of its
         shapes' bounds and pops first on a tie, so the order is that of the full sorted
         list, but ranges the incumbent beats are never listed. Under
         `kind-profiles` for max_throughput, a shape popped the first time goes back with
-        the ring its profiles must pay across zones added (`_ring_excess`), if any.
+        the ring its profiles must pay across zones added (`ring_excess`), if any.
 
         Shapes of one and two stages come first, the `SHALLOW_SHAPES` of least bound, in
         the same way from a queue of their own: deep pipelines have the loosest bounds, so
@@ -146,8 +148,8 @@ class Search(Stripes):
         )
         shallow: list[tuple[float, int, int, int, int, int]] = []
         deep: list[tuple[float, int, int, int, int, int]] = []
-        for bound, mbs, stages in self._groups():
-            entry = (bound, 0, mbs, stages, 1, self._dp_cap(mbs, stages))
+        for bound, mbs, stages in self.shape_groups():
+            entry = (bound, 0, mbs, stages, 1, self.dp_cap(mbs, stages))
             (shallow if stages <= 2 else deep).append(entry)
         heapq.heapify(shallow)
         self._queues = [shallow, deep]
@@ -178,7 +180,7 @@ class Search(Stripes):
         two under their own bounds (`range_bound`) while that leaves a half out or nothing
         is known yet: where both halves stay under the incumbent, splitting further would
         mostly cost bounds, so its shapes are listed then, up to their memory cap
-        (`_last_dp`, taken only there). Entries the incumbent already beats are not pushed:
+        (`last_dp`, taken only there). Entries the incumbent already beats are not pushed:
         it only improves, so they would never be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
@@ -195,13 +197,13 @@ class Search(Stripes):
                             heapq.heappush(queue, (bound, 0, mbs, stages, first, end))
                     return None
             for bound, _, _, shape_dp in self._listed(
-                mbs, stages, dp, min(last, self._last_dp(mbs, stages))
+                mbs, stages, dp, min(last, self.last_dp(mbs, stages))
             ):
                 if bound <= incumbent:
                     heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
             return None
         if zoned and entry == 1:
-            excess = self._ring_excess(stages, dp)
+            excess = self.ring_excess(stages, dp)
             if excess > 0:
                 if lb + excess <= incumbent:
                     heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp, dp))
@@ -215,7 +217,7 @@ class Search(Stripes):
         """(bound, m, P, D) for the shapes of (m, P) with a finite bound, D = first..last
         (every D its memory allows, by default)."""
         if last is None:
-            last = self._last_dp(mbs, stages)
+            last = self.last_dp(mbs, stages)
         bounds = self.shape_bounds(mbs, stages, last, first)
         return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=first) if lb < math.inf]
 
