@@ -381,7 +381,7 @@ def compile_command(
             )
             raise typer.Exit(EXIT_USAGE)
         code = run_compile_plan_command(
-            _checked_spec(spec),
+            _trainable_spec(spec),
             spec,
             plan,
             output,
@@ -395,7 +395,7 @@ def compile_command(
         if code:
             raise typer.Exit(code)
         return
-    checked = _checked_spec(spec)
+    checked = _trainable_spec(spec)
     code = run_compile_command(
         checked,
         spec,
@@ -759,6 +759,17 @@ def _checked_spec(spec: Path) -> Any:
             typer.echo(diagnostic.format())
         raise typer.Exit(EXIT_INVALID)
     return checked.spec
+
+
+def _trainable_spec(spec: Path) -> Any:
+    """`_checked_spec`, with a positioned warning on stderr per model field the runtime
+    cannot train (`schema.trainable`)."""
+    from hetc.schema.trainable import untrainable
+
+    checked = _checked_spec(spec)
+    for diagnostic in untrainable(str(spec), checked):
+        typer.echo(diagnostic.format(), err=True)
+    return checked
 
 
 @app.command()

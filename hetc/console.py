@@ -42,10 +42,28 @@ class Column:
     align: Literal["left", "right"] = "left"
 
 
+COLOR_MODES = ("always", "never", "auto")
+
+_warned_values: set[str] = set()
+"""The unknown `HETC_COLOR` values already warned about in this process (each once)."""
+
+
 def color_mode() -> Literal["always", "never", "auto"]:
-    """`HETC_COLOR` read strictly: an unknown value is `auto`, never an error on output."""
+    """`HETC_COLOR` read strictly: an unknown value is `auto`, never an error on output, but
+    a typo should not go unnoticed, so the first time a process reads one it prints one
+    warning line on stderr naming the values accepted. Unset or empty is `auto`, silently."""
     value = os.environ.get(COLOR_VARIABLE, "auto").strip().lower()
-    return value if value in ("always", "never") else "auto"  # type: ignore[return-value]
+    if value in ("always", "never"):
+        return value  # type: ignore[return-value]
+    if value not in ("", "auto") and value not in _warned_values:
+        _warned_values.add(value)
+        shown = os.environ.get(COLOR_VARIABLE, "")
+        print(
+            f"hetc: warning: {COLOR_VARIABLE}={shown!r} is not one of"
+            f" {' | '.join(COLOR_MODES)}; using auto",
+            file=sys.stderr,
+        )
+    return "auto"
 
 
 def styled_output() -> bool:

@@ -27,6 +27,7 @@ ANNOTATIONS = frozenset(
         "definitions",
         "x-quantity",
         "x-shorthand",
+        "x-shorthand-any",
         "x-error",
         "x-why",
     }

@@ -728,13 +728,21 @@ class LocalJob:
     neither waits nor handles signals: the caller polls `exits` and calls `stop`."""
 
     def __init__(
-        self, out_dir: Path, *, run_dir: Path, echo: Echo, from_scratch: bool = False
+        self,
+        out_dir: Path,
+        *,
+        run_dir: Path,
+        echo: Echo,
+        from_scratch: bool = False,
+        force: bool = False,
     ) -> None:
         """Start every node of `out_dir` (checked as `node_scripts` does: raises
         InvalidOutput), resuming unless `from_scratch`; raises EnvironmentProblem like
-        `run_launch`."""
+        `run_launch`, for a plan this host cannot run too (`_check_host`) unless `force`."""
         pinned = out_dir.resolve()
         self.nodes = node_scripts(pinned)
+        _check_host(pinned, force=force, echo=echo)
+        self._teardown: set[int] = set()  # done, though torchrun failed (`exits`)
         run_dir.mkdir(parents=True, exist_ok=True)
         env = launch_environment(pinned, run_dir, dict(os.environ))
         self.launch = _Launch(
@@ -748,12 +756,25 @@ class LocalJob:
 
     def exits(self) -> dict[int, int]:
         """Exit status by node index of the nodes that have exited so far (negative: killed
-        by that signal)."""
-        return {
-            r.node.index: r.process.returncode
-            for r in self.launch.runs
-            if r.exited.is_set() and r.process.returncode is not None
-        }
+        by that signal); 0 for a torchrun that failed after all its node's ranks recorded
+        the end of training (`finished_ranks`: its teardown failed), said in its log."""
+        found, launch = {}, self.launch
+        for run in (r for r in launch.runs if r.exited.is_set()):
+            index, status = run.node.index, run.process.returncode
+            if (
+                status
+                and index not in self._teardown
+                and finished_ranks(launch.run_dir, run.node, launch.started)
+            ):
+                self._teardown.add(index)
+                launch.terminal.note(
+                    run,
+                    f"=== hetc run: torchrun exited {status} after every rank of this node"
+                    " recorded the end of training; counted as done",
+                )
+            if status is not None:
+                found[index] = 0 if index in self._teardown else status
+        return found
 
     def process_groups(self) -> dict[int, int]:
         """Each node script's process group (its pid: each runs in a session of its own)."""

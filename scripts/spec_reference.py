@@ -24,6 +24,8 @@ def _kind(node: dict[str, Any], definitions: dict[str, Any]) -> str:
         return " \\| ".join(f"`{v}`" for v in node["enum"])
     if "const" in node:
         return f"`{node['const']}`"
+    if "x-shorthand-any" in node:
+        return f"mapping, or a {node['x-shorthand-any']} name"
     if "x-shorthand" in node:
         names = node["properties"][node["x-shorthand"]]["enum"]
         return "mapping, or a name: " + " \\| ".join(f"`{n}`" for n in names)

@@ -4,9 +4,11 @@ cell, and HETC_COLOR choosing between them."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
+from hetc import console
 from hetc.console import Column, color_mode, emphasis, render_table, styled_output
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -87,3 +89,40 @@ def test_emphasis_only_when_styled(monkeypatch: pytest.MonkeyPatch) -> None:
     assert emphasis("plan 1", "bold", styled=True) == "\x1b[1mplan 1\x1b[0m"
     monkeypatch.setenv("NO_COLOR", "1")
     assert emphasis("plan 1", "red", styled=True) == "plan 1"
+
+
+def test_an_unknown_hetc_color_is_warned_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo in HETC_COLOR gets one stderr line naming always | never | auto, once per
+    value; unset, empty and the accepted values get none."""
+    monkeypatch.setattr(console, "_warned_values", set())
+    for quiet in ("always", "never", "auto", "", "AUTO"):
+        monkeypatch.setenv("HETC_COLOR", quiet)
+        color_mode()
+    monkeypatch.delenv("HETC_COLOR")
+    color_mode()
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("HETC_COLOR", "alway")
+    assert color_mode() == "auto"
+    assert styled_output() is False
+    assert capsys.readouterr().err == (
+        "hetc: warning: HETC_COLOR='alway' is not one of always | never | auto; using auto\n"
+    )
+
+
+def test_the_cli_warns_of_an_unknown_hetc_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hetc plan` of an example with HETC_COLOR=colour: the warning on stderr, the plans on
+    stdout as with HETC_COLOR=never (the header line, which holds the search's seconds,
+    aside)."""
+    from typer.testing import CliRunner
+
+    from hetc.cli import app
+
+    monkeypatch.setattr(console, "_warned_values", set())
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "local-cpu.yaml")
+    result = CliRunner().invoke(app, ["plan", example, "--top", "1"], env={"HETC_COLOR": "colour"})
+    assert result.exit_code == 0, result.output
+    assert "HETC_COLOR='colour' is not one of always | never | auto" in result.stderr
+    plain = CliRunner().invoke(app, ["plan", example, "--top", "1"], env={"HETC_COLOR": "never"})
+    assert result.stdout.splitlines()[1:] == plain.stdout.splitlines()[1:]

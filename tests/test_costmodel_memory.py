@@ -14,12 +14,10 @@ from workspace import SAILOR_DATA
 from hetc.catalog import ModelArchitecture, devices, models
 from hetc.costmodel.memory import (
     CPU_OVERHEAD,
-    DEEPSPEED_LAYOUT,
     FrameworkOverhead,
     MemoryBreakdown,
     StageShape,
     block_parameters_per_rank,
-    bytes_per_parameter,
     check_fits,
     default_overhead,
     embedding_parameters_per_rank,
@@ -29,6 +27,12 @@ from hetc.costmodel.memory import (
     rank_memory,
     stage_activation_bytes,
     stage_parameters_per_rank,
+)
+from hetc.costmodel.optimizer_layout import (
+    DEEPSPEED_LAYOUT,
+    bytes_per_parameter,
+    layout_of,
+    states_of,
 )
 
 GIB = 2.0**30
@@ -575,3 +579,14 @@ def test_default_overhead_is_cuda_for_gpus_and_none_for_cpus() -> None:
     assert default_overhead(gpu) == FrameworkOverhead()
     assert default_overhead(cpu) == CPU_OVERHEAD
     assert CPU_OVERHEAD.fixed_bytes == 0 and CPU_OVERHEAD.fragmentation == 0
+
+
+def test_layout_rows_and_state_counts_are_looked_up_or_refused() -> None:
+    """`layout_of` returns the table's row and `states_of` the optimizer's state tensors
+    (Adam 2, SGD with momentum 1); anything else is a ValueError naming what exists."""
+    assert layout_of("bf16", 1) is DEEPSPEED_LAYOUT["bf16", 1]
+    assert (states_of("adam"), states_of("adamw"), states_of("sgd")) == (2, 2, 1)
+    with pytest.raises(ValueError, match=r"precision 'fp8' with ZeRO stage 3 .*fp32, fp16 or bf16"):
+        layout_of("fp8", 3)
+    with pytest.raises(ValueError, match=r"unknown optimizer 'lamb' \(one of adam, adamw, sgd\)"):
+        states_of("lamb")

@@ -103,6 +103,7 @@ def test_an_expired_budget_leaves_explanations_unexplained_not_infeasible() -> N
     free = explain_unused(result, spec)
     assert [x.pool for x in late] == [x.pool for x in free] and late
     assert all(x.loss == UNEXPLAINED and x.best_with is None for x in late)
+    assert {x.reason for x in late} == {"unexplained"} and all(x.value is None for x in late)
     assert any(x.best_with is not None for x in free)
 
 

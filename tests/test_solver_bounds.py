@@ -201,7 +201,7 @@ def _floor_bounds_lifted(term: str, zero: Callable[..., float], depths: tuple[in
     setattr(without, term, zero)
     lifted = 0
     for stages in depths:
-        last = searcher._last_dp(2, stages)
+        last = searcher.last_dp(2, stages)
         for a, b in zip(
             searcher.shape_bounds(2, stages, last),
             without.shape_bounds(2, stages, last),
@@ -337,7 +337,7 @@ def test_a_range_bound_is_below_every_shape_bound_in_it(seed: int) -> None:
     checked = 0
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
-            last = searcher._dp_cap(mbs, stages)
+            last = searcher.dp_cap(mbs, stages)
             shapes = searcher.shape_bounds(mbs, stages, last) if last >= 1 else []
             for first in range(1, last + 1):
                 for end in range(first, last + 1):
@@ -474,7 +474,7 @@ def test_min_cost_bounds_charge_every_device_its_waits_on_sends() -> None:
     for mbs in model.microbatch_sizes():
         total = model.batch // mbs
         for stages in range(2, model.blocks + 1):
-            for dp in range(1, searcher._dp_cap(mbs, stages) + 1):
+            for dp in range(1, searcher.dp_cap(mbs, stages) + 1):
                 bound = searcher.shape_bounds(mbs, stages, dp, dp)[0]
                 if bound == math.inf:
                     continue
@@ -677,18 +677,18 @@ def test_shallow_shapes_of_least_bound_come_first_then_every_shape_in_bound_orde
     least bound, then each other shape whose bound does not exceed the incumbent once, in
     order of bound, though it splits a group's range of D and lists its shapes only when
     reached. Under `kind-profiles` for max_throughput a shape's bound includes the ring
-    across zones its profiles must pay (`_ring_excess`). The oracle lists every shape of
+    across zones its profiles must pay (`ring_excess`). The oracle lists every shape of
     every group up front; the incumbent, where set, is held at that quantile of their
     bounds (which prunes ranges, and lists those it leaves whole)."""
     model = PlanningModel(_spec(text))
     oracle = Search(model, SearchOptions(approximations=approximations))
     zoned = "kind-profiles" in approximations and model.spec.objective == "max_throughput"
     value: dict[tuple[int, int, int], float] = {}
-    for _, mbs, stages in oracle._groups():
-        every = oracle.shape_bounds(mbs, stages, oracle._last_dp(mbs, stages))
+    for _, mbs, stages in oracle.shape_groups():
+        every = oracle.shape_bounds(mbs, stages, oracle.last_dp(mbs, stages))
         for dp, bound in enumerate(every, start=1):
             if bound < math.inf:
-                excess = oracle._ring_excess(stages, dp) if zoned else 0.0
+                excess = oracle.ring_excess(stages, dp) if zoned else 0.0
                 value[mbs, stages, dp] = bound + excess
     searcher = _Recorder(model, SearchOptions(approximations=approximations))
     if incumbent is not None:

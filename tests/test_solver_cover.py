@@ -213,7 +213,7 @@ def test_the_memory_cap_keeps_every_shape_that_fits(seed: int) -> None:
     for shape, _, estimate in candidates(model):
         if any("out of memory" in p for p in estimate.problems):
             continue
-        assert shape.pipelines <= searcher._last_dp(shape.microbatch, shape.stages), shape
+        assert shape.pipelines <= searcher.last_dp(shape.microbatch, shape.stages), shape
 
 
 def test_the_memory_cap_cuts_shapes_and_keeps_the_optimum(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,8 +228,8 @@ def test_the_memory_cap_cuts_shapes_and_keeps_the_optimum(monkeypatch: pytest.Mo
     plain = capped = 0
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
-            plain += searcher._dp_cap(mbs, stages)
-            capped += searcher._last_dp(mbs, stages)
+            plain += searcher.dp_cap(mbs, stages)
+            capped += searcher.last_dp(mbs, stages)
     assert plain - capped > 1050, (plain, capped)
     options = SearchOptions(approximations=default_approximations(model))
     value = search(model, options).candidates[0].value
@@ -328,8 +328,8 @@ def test_the_memory_caps_shortcut_gives_the_full_covers_answer(
     monkeypatch.setattr(StageCover, "holds_share", recorded)
     for mbs in model.microbatch_sizes():
         for stages in range(1, model.blocks + 1):
-            caps[mbs, stages] = fast._last_dp(mbs, stages)
+            caps[mbs, stages] = fast.last_dp(mbs, stages)
     monkeypatch.setattr(StageCover, "holds_share", lambda self, *args: False)
     for (mbs, stages), cap in caps.items():
-        assert cap == full._last_dp(mbs, stages), (mbs, stages)
+        assert cap == full.last_dp(mbs, stages), (mbs, stages)
     assert True in taken and False in taken

@@ -191,8 +191,8 @@ class _Exhaustive(Search):
     def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
         return math.inf
 
-    def _last_dp(self, mbs: int, stages: int) -> int:
-        return self._dp_cap(mbs, stages)
+    def last_dp(self, mbs: int, stages: int) -> int:
+        return self.dp_cap(mbs, stages)
 
     def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
         return 0.0, 0.0
@@ -734,7 +734,7 @@ def test_the_profile_cap_leaves_out_only_shapes_without_a_profile() -> None:
         tighter = exact = 0
         for mbs in model.microbatch_sizes():
             for stages in range(1, model.blocks + 1):
-                top = searcher._dp_cap(mbs, stages)
+                top = searcher.dp_cap(mbs, stages)
                 cap = searcher.profile_last(mbs, stages, top)
                 held = [
                     dp for dp in range(1, top + 1) if _holds_some_profile(searcher, mbs, stages, dp)
@@ -802,7 +802,7 @@ def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
         blocks = model.blocks
         for mbs in model.microbatch_sizes():
             for stages in range(1, blocks + 1):
-                top = searcher._dp_cap(mbs, stages)
+                top = searcher.dp_cap(mbs, stages)
                 flights = -(-(model.batch // mbs) // max(1, top))
                 expected = 0
                 for dp in range(1, top + 1):

@@ -58,7 +58,7 @@ def _spec(text: str) -> Spec:
 
 
 def _without_stripes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Search, "_zone_stripes", lambda self: None)
+    monkeypatch.setattr(Search, "zone_stripes", lambda self: None)
 
 
 def _zones_of(model: PlanningModel, assignment: Assignment) -> list[set[str]]:
@@ -138,7 +138,7 @@ def test_stripes_skip_regions_without_a_pool_the_search_must_use(
         searcher = Search(model, options)
         leaves: list[object] = []
         monkeypatch.setattr(searcher, "leaf", leaves.append)
-        searcher._zone_stripes()
+        searcher.zone_stripes()
         scored[forced] = len(leaves)
     assert scored[0] > 0
     assert scored[3] == 0

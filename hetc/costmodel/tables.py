@@ -42,9 +42,6 @@ from hetc.costmodel.compute import ComputeModel, LayerKind
 from hetc.costmodel.memory import (
     ACTIVATION_BYTES,
     BOUNDARY_TRANSIENTS,
-    DEEPSPEED_LAYOUT,
-    FALLBACK_ALLREDUCE_ELEMENTS,
-    OPTIMIZER_STATES,
     FrameworkOverhead,
     StageShape,
     block_parameters_per_rank,
@@ -58,6 +55,11 @@ from hetc.costmodel.memory import (
     received_input_bytes,
     stage_output_bytes,
     token_bytes,
+)
+from hetc.costmodel.optimizer_layout import (
+    DEEPSPEED_LAYOUT,
+    FALLBACK_ALLREDUCE_ELEMENTS,
+    OPTIMIZER_STATES,
 )
 
 __all__ = [

@@ -11,6 +11,7 @@ from hetc.plan.capability import (
     capability_issues,
     capability_problems,
     cells_used,
+    model_problems,
 )
 from hetc.plan.codec import PlanFormatError, plan_from_json, plan_of, plan_schema, plan_to_json
 from hetc.plan.ir import (
@@ -45,6 +46,7 @@ __all__ = [
     "capability_issues",
     "capability_problems",
     "cells_used",
+    "model_problems",
     "plan_from_json",
     "plan_issues",
     "plan_of",

@@ -7,7 +7,9 @@ the runtime issue's tests (one oracle test per supported cell).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from hetc.plan.ir import Plan, PlanIssue, PlanPath
 
@@ -95,3 +97,28 @@ def _refusal(name: str) -> str | None:
     if not cell.supported:
         return f"not supported ({cell.why})"
     return None
+
+
+def model_problems(model: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field, why) for each field of a model the runtime cannot train, in field order.
+    `model` is `training.json`'s `model`: the catalog's architecture as a mapping, as
+    `hetc compile` writes it. The runtime refuses these at start-up; `hetc compile` refuses
+    them first, at the spec's position, so that no launch files are written for a model that
+    cannot start. What each field would need: token embeddings as wide as the model
+    (`embedding_projection`, OPT-350M's 512 into 1024), and global attention in every layer
+    (`local_attention_window`, `attention_pattern`, GPT-Neo's local layers)."""
+    problems = []
+    if model.get("embedding_projection") is not None:
+        problems.append(
+            (
+                "embedding_projection",
+                "not supported by the runtime (token embeddings must be as wide as hidden)",
+            )
+        )
+    if model.get("local_attention_window") is not None:
+        problems.append(
+            ("local_attention_window", "local attention is not supported by the runtime")
+        )
+    if any(kind != "global" for kind in model.get("attention_pattern") or ()):
+        problems.append(("attention_pattern", "the runtime supports global attention only"))
+    return problems

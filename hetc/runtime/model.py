@@ -53,6 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from hetc.plan import model_problems
 from hetc.plan.settings import padded_vocab
 from hetc.runtime.tensor_parallel import (
     ColumnParallelLinear,
@@ -163,15 +164,10 @@ def _refuse_unsupported(model: Mapping[str, Any]) -> None:
         raise ValueError(f"model field {unknown[0]!r} is unknown to this runtime")
     if missing:
         raise ValueError(f"model field {missing[0]!r} is missing")
-    if model["embedding_projection"] is not None:
-        raise ValueError(
-            "model field 'embedding_projection' is not supported by the runtime"
-            " (token embeddings must be as wide as hidden)"
-        )
-    if model["local_attention_window"] is not None:
-        raise ValueError("model field 'local_attention_window': local attention is not supported")
-    if any(kind != "global" for kind in model["attention_pattern"]):
-        raise ValueError("model field 'attention_pattern': only global attention is supported")
+    refused = model_problems(model)
+    if refused:
+        name, why = refused[0]
+        raise ValueError(f"model field {name!r}: {why}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

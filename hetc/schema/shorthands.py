@@ -7,6 +7,12 @@ when the spec is typed. The expansion runs once, before any check, so the checks
 spec, the plan's spec hash and the runtime see only the mapping: `optimizer: adam` and its
 written-out defaults compile to the same files. A string that is not one of the names stays a
 string, and the schema rejects it at its position with the names listed.
+
+Where the names are the catalog's rather than the schema's (`model: OPT-350M` for
+`{preset: OPT-350M}`), the node is marked `x-shorthand-any: <key>` instead: any string stands
+for `{<key>: <string>}`, and the semantic checks that follow judge the name (a preset is
+looked up in the catalog, case-insensitively, and an unknown one is refused there with the
+presets listed), so the schema does not copy the catalog's list.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ def expand_shorthands(data: Any, schema: dict[str, Any] | None = None) -> Any:
     node = spec_schema() if schema is None else schema
     if "x-shorthand" in node and isinstance(data, str) and data in shorthand_names(node):
         return {node["x-shorthand"]: data}
+    if "x-shorthand-any" in node and isinstance(data, str):
+        return {node["x-shorthand-any"]: data}
     if isinstance(data, dict):
         properties = node.get("properties", {})
         return {

@@ -247,11 +247,37 @@ def predictions_of(simulation: Simulation) -> Predictions:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Explanation:
-    """Why one pool is not in the chosen plan: the best plan that uses it, and the loss."""
+    """Why one pool is not in the chosen plan: the best plan that uses it, and the loss, as
+    text (`loss`) and as the facts the text says (for `hetc plan --json`)."""
 
     pool: str
     best_with: Proposal | None
     loss: str
+    path: str
+    """The pool's place in the spec, `zones[z].pools[p]`."""
+    reason: str
+    """`no-plan` (no feasible plan rents it), `loses` (its best plan is worse by the
+    simulator), `tie` (equal by the simulator, lost on a tie-break), `simulator-prefers`
+    (better by the simulator, ranked below plan 1 by the planning estimate) or `unexplained`
+    (its part of the time limit found no plan using it)."""
+    value: float | None
+    """The simulated objective (`simulated_objective`) of the best plan using it."""
+    plan1_value: float
+    """Plan 1's simulated objective, the number `value` is compared with."""
+    at_quota: tuple[str, ...] = ()
+    """The pools the best plan using it rents in full (`zones[z].pools[p]`): the quotas
+    that cap that plan."""
+
+
+def pool_path(spec: Spec, index: int) -> str:
+    """`zones[z].pools[p]` of the `index`-th pool of the spec, counted zone by zone (the
+    order of `PlanningModel.pools`)."""
+    left = index
+    for z, zone in enumerate(spec.zones):
+        if left < len(zone.pools):
+            return f"zones[{z}].pools[{left}]"
+        left -= len(zone.pools)
+    raise IndexError(f"the spec has no pool {index}")
 
 
 def explain_unused(
@@ -276,13 +302,14 @@ def explain_unused(
     for done, slot in enumerate(unused):
         left = len(unused) - done
         if deadline is not None and deadline.expired():
-            out.append(Explanation(pool=slot.label, best_with=None, loss=UNEXPLAINED))
+            out.append(_unexplained(slot.label, pool_path(spec, slot.index), best))
             continue
         options = {**kwargs, "approximations": result.approximations}
+        path = pool_path(spec, slot.index)
         part = None if deadline is None else deadline.part(1 / min(left, EXPLAINED_AT_ONCE))
         forced = plan_spec(spec, must_use=frozenset({slot.index}), deadline=part, **options)
         if not forced.proposals and not forced.search.complete:
-            out.append(Explanation(pool=slot.label, best_with=None, loss=UNEXPLAINED))
+            out.append(_unexplained(slot.label, path, best))
             continue
         if not forced.proposals:
             out.append(
@@ -290,13 +317,31 @@ def explain_unused(
                     pool=slot.label,
                     best_with=None,
                     loss="no feasible plan uses it (memory, quota or the constraints rule it out)",
+                    path=path,
+                    reason="no-plan",
+                    value=None,
+                    plan1_value=best,
                 )
             )
             continue
         other = forced.proposals[0]
         value = simulated_objective(spec, other.simulation)
+        rented = other.candidate.estimate.nodes
         out.append(
-            Explanation(pool=slot.label, best_with=other, loss=_comparison(spec, value, best))
+            Explanation(
+                pool=slot.label,
+                best_with=other,
+                loss=_comparison(spec, value, best),
+                path=path,
+                reason="tie" if value == best else "loses" if value > best else "simulator-prefers",
+                value=value,
+                plan1_value=best,
+                at_quota=tuple(
+                    pool_path(spec, s.index)
+                    for s in result.model.pools
+                    if rented[s.index] and rented[s.index] >= s.pool.max_nodes
+                ),
+            )
         )
     return out
 
@@ -305,6 +350,20 @@ EXPLAINED_AT_ONCE = 4
 """Under a time limit, `explain_unused` splits what is left over at most this many pools at a
 time: with hundreds of unused pools an equal split would leave each too little to find any
 plan, so the first pools get a search that can answer and the later ones what remains."""
+
+
+def _unexplained(label: str, path: str, best: float) -> Explanation:
+    """The entry of a pool whose part of the budget found no plan using it."""
+    return Explanation(
+        pool=label,
+        best_with=None,
+        loss=UNEXPLAINED,
+        path=path,
+        reason="unexplained",
+        value=None,
+        plan1_value=best,
+    )
+
 
 UNEXPLAINED = (
     "not explained within the time limit: no plan using it was found in its part of the"

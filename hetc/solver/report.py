@@ -244,10 +244,24 @@ def _diagnosis_text(diagnosis: Diagnosis) -> str:
     )
 
 
-def _explanation_json(explanations: list[Explanation]) -> list[dict[str, Any]]:
+def _explanation_json(spec: Spec, explanations: list[Explanation]) -> list[dict[str, Any]]:
+    """`--json`'s `explain`: per unused pool, its text (`loss`) and the facts it says: the
+    pool's spec path, the reason code, the two simulated objective values compared (in
+    `objective`'s unit, lower is better) and their ratio less one, and the pools the best
+    plan using it rents in full."""
+    objective = "cost_per_iteration" if spec.objective == "min_cost" else "iteration_time"
     return [
         {
             "pool": x.pool,
+            "path": x.path,
+            "reason": x.reason,
+            "objective": objective,
+            "value": x.value,
+            "plan1_value": x.plan1_value,
+            "relative": None
+            if x.value is None or not x.plan1_value
+            else x.value / x.plan1_value - 1,
+            "at_quota": list(x.at_quota),
             "loss": x.loss,
             "iteration_time": x.best_with.simulation.iteration_time if x.best_with else None,
             "cost_per_iteration": x.best_with.simulation.cost.total if x.best_with else None,
@@ -508,6 +522,6 @@ def _result_json(
             }
             for i, p in enumerate(result.proposals)
         ],
-        "explain": _explanation_json(explanations),
+        "explain": _explanation_json(spec, explanations),
         "cross_check": checked,
     }

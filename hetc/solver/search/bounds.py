@@ -18,7 +18,7 @@ microbatches (`work_cost`), plus the device-seconds every device must idle, wait
 other stages, their sends and the sync, at the cheapest price (`idle_cost`).
 
 Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further: no
-(m, P) has more pipelines than its stages' memory lets the devices hold (`reach._last_dp`);
+(m, P) has more pipelines than its stages' memory lets the devices hold (`reach.last_dp`);
 and on one device type, for max_throughput, a shape is searched only if P stages of at
 least one block each could all run within the largest straggler with which it could still
 win, on the devices there are (`may_win`).
@@ -486,26 +486,31 @@ class Bounds(Incumbent):
         ceiling = (limit - fill - self.sync_bound(stages, dp)) / m1 - send
         return self.cover.may_run_under(mbs, stages, dp, ceiling)
 
-    def _groups(self) -> list[tuple[float, int, int]]:
+    def shape_groups(self) -> list[tuple[float, int, int]]:
         """(bound, m, P) for every (microbatch, pipeline degree) that may hold a shape: a
-        lower bound on `shape_bounds` over every D (`range_bound`); groups that break the
-        time cap or the budget at every D are left out. Cached: the zone stripes order
-        their seeds by the same bounds."""
+        lower bound on `shape_bounds` over every D from 1 to `dp_cap` (`range_bound`), so
+        on every shape of the group, since no D above the cap is feasible; groups that
+        break the time cap or the budget at every D are left out (their bound is
+        infinite). The driver's best-first order starts from these. Cached: the zone
+        stripes order their seeds by the same bounds."""
         if self._group_list is None:
             model = self.model
             groups = []
             for mbs in model.microbatch_sizes():
                 for stages in range(1, model.blocks + 1):
-                    bound = self.range_bound(mbs, stages, 1, self._dp_cap(mbs, stages))
+                    bound = self.range_bound(mbs, stages, 1, self.dp_cap(mbs, stages))
                     if bound < math.inf:
                         groups.append((bound, mbs, stages))
             self._group_list = groups
         return self._group_list
 
-    def _dp_cap(self, mbs: int, stages: int) -> int:
-        """The most pipelines (m, P) may have by counting alone: B / m, and P x D x (least
-        TP) devices. The range bounds use it: `_last_dp` costs memory lookups, and only the
-        ranges the search lists need them."""
+    def dp_cap(self, mbs: int, stages: int) -> int:
+        """The most pipelines (m, P) may have by counting alone: each of D pipelines runs at
+        least one microbatch of m samples, so D <= B / m, and each of its P stages holds at
+        least one replica of at least the least TP degree, so P x D x (least TP) <= the
+        devices the search may use. No shape above it can be feasible, so bounding ranges
+        of D up to it loses nothing. The range bounds use it: `last_dp` costs memory
+        lookups, and only the ranges the search lists need them."""
         return min(self.model.batch // mbs, self.total_devices // (stages * self._min_tp))
 
     def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:

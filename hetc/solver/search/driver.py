@@ -12,6 +12,8 @@ only what lies under it):
   approximation (its stage options, zone swaps and rings, pair tables, per-profile bounds
   and splits, memory reach, and the enumerator);
 - `stripes`: the zone stripes that seed `kind-profiles`;
+- `shape_solver`: what searches one shape once the driver reaches it (`exact`,
+  `kind-profiles`, or the CP-SAT cross-check), picked from the approximations or by name;
 - `driver` (here): the best-first order over shapes.
 
 What is searched, for every microbatch size m (divisors of the global batch up to 16),
@@ -53,8 +55,8 @@ from dataclasses import replace
 
 from hetc.costmodel.planning import PlanningModel
 from hetc.solver.certificate import relative_gap, some_pool_is_free
-from hetc.solver.search.exact import _Partial
 from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
+from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
 
 APPROXIMATIONS = {
@@ -81,24 +83,37 @@ wider one split in two under their own bounds (`Search._pop_shape`)."""
 class Search(Stripes):
     """The whole search: the best-first order over shapes, over every concept below."""
 
+    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
+        super().__init__(model, options)
+        self._solver = shape_solver(options.shape_solver, self.approx)
+        self.unfinished_shapes = 0
+        """Shapes their solver gave up on (`ShapeSolver.solve` answered False)."""
+        self._unfinished_bound = math.inf
+        """The least bound of those shapes: their candidates not found may score that low."""
+
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
-        self._root = min((group[0] for group in self._groups()), default=math.inf)
+        self._root = min((group[0] for group in self.shape_groups()), default=math.inf)
         try:
             if "kind-profiles" in self.approx:
-                self._zone_stripes()
+                self.zone_stripes()
             else:
                 self._warm_start()
             if "dp-order" in self.approx:
-                self._dp_ordered(sorted(s for g in self._groups() for s in self._listed(*g[1:])))
+                self._dp_ordered(
+                    sorted(s for g in self.shape_groups() for s in self._listed(*g[1:]))
+                )
             else:
                 self._best_first()
         except _Stop as why:
             stop = str(why)
             interrupted = why.interrupted
+        if self.unfinished_shapes and not stop:
+            stop = f"the shape solver left {self.unfinished_shapes} shape(s) unfinished"
         candidates = self.alternatives()
         bound = self.lower_bound() if stop or self.approx else self.incumbent()
+        bound = min(bound, self._unfinished_bound)
         return SearchResult(
             candidates=candidates,
             evaluations=self.evaluations,
@@ -114,12 +129,12 @@ class Search(Stripes):
     def _best_first(self) -> None:
         """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
         that cannot beat the incumbent. Each (m, P) enters as one entry, the range of every
-        D, under its group bound (`_groups`), and is split into ranges or listed shape by
+        D, under its group bound (`shape_groups`), and is split into ranges or listed shape by
         shape only when popped (`_pop_shape`): a range's bound is at most each of its
         shapes' bounds and pops first on a tie, so the order is that of the full sorted
         list, but ranges the incumbent beats are never listed. Under
         `kind-profiles` for max_throughput, a shape popped the first time goes back with
-        the ring its profiles must pay across zones added (`_ring_excess`), if any.
+        the ring its profiles must pay across zones added (`ring_excess`), if any.
 
         Shapes of one and two stages come first, the `SHALLOW_SHAPES` of least bound, in
         the same way from a queue of their own: deep pipelines have the loosest bounds, so
@@ -133,8 +148,8 @@ class Search(Stripes):
         )
         shallow: list[tuple[float, int, int, int, int, int]] = []
         deep: list[tuple[float, int, int, int, int, int]] = []
-        for bound, mbs, stages in self._groups():
-            entry = (bound, 0, mbs, stages, 1, self._dp_cap(mbs, stages))
+        for bound, mbs, stages in self.shape_groups():
+            entry = (bound, 0, mbs, stages, 1, self.dp_cap(mbs, stages))
             (shallow if stages <= 2 else deep).append(entry)
         heapq.heapify(shallow)
         self._queues = [shallow, deep]
@@ -143,7 +158,7 @@ class Search(Stripes):
             popped = self._pop_shape(shallow, zoned)
             if popped is not None:
                 searched += 1
-                self._check_limits()
+                self.check_limits()
                 self.shape(*popped)
                 self._searching = math.inf
         queue = shallow + deep
@@ -152,7 +167,7 @@ class Search(Stripes):
         while queue and queue[0][0] <= self.bound():
             popped = self._pop_shape(queue, zoned)
             if popped is not None:
-                self._check_limits()
+                self.check_limits()
                 self.shape(*popped)
                 self._searching = math.inf
 
@@ -165,7 +180,7 @@ class Search(Stripes):
         two under their own bounds (`range_bound`) while that leaves a half out or nothing
         is known yet: where both halves stay under the incumbent, splitting further would
         mostly cost bounds, so its shapes are listed then, up to their memory cap
-        (`_last_dp`, taken only there). Entries the incumbent already beats are not pushed:
+        (`last_dp`, taken only there). Entries the incumbent already beats are not pushed:
         it only improves, so they would never be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
@@ -182,13 +197,13 @@ class Search(Stripes):
                             heapq.heappush(queue, (bound, 0, mbs, stages, first, end))
                     return None
             for bound, _, _, shape_dp in self._listed(
-                mbs, stages, dp, min(last, self._last_dp(mbs, stages))
+                mbs, stages, dp, min(last, self.last_dp(mbs, stages))
             ):
                 if bound <= incumbent:
                     heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
             return None
         if zoned and entry == 1:
-            excess = self._ring_excess(stages, dp)
+            excess = self.ring_excess(stages, dp)
             if excess > 0:
                 if lb + excess <= incumbent:
                     heapq.heappush(queue, (lb + excess, 2, mbs, stages, dp, dp))
@@ -202,7 +217,7 @@ class Search(Stripes):
         """(bound, m, P, D) for the shapes of (m, P) with a finite bound, D = first..last
         (every D its memory allows, by default)."""
         if last is None:
-            last = self._last_dp(mbs, stages)
+            last = self.last_dp(mbs, stages)
         bounds = self.shape_bounds(mbs, stages, last, first)
         return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=first) if lb < math.inf]
 
@@ -255,18 +270,13 @@ class Search(Stripes):
                 previous = found
 
     def shape(self, mbs: int, stages: int, dp: int) -> float | None:
-        """Search one (m, P, D); returns the best objective found in it, or None."""
+        """Search one (m, P, D) with the shape solver (`shape_solver`); returns the best
+        objective found in it, or None. A shape its solver did not finish makes the whole
+        search incomplete."""
         self._shape_best = None
-        if "kind-profiles" in self.approx:
-            self.profiles(mbs, stages, dp)
-            return self._found()
-        if not self.may_win(mbs, stages, dp):
-            return None
-        self._memo = {}
-        state = _Partial(
-            stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
-        )
-        self.stage(state, 0, 0)
+        if not self._solver.solve(self, mbs, stages, dp):
+            self.unfinished_shapes += 1
+            self._unfinished_bound = min(self._unfinished_bound, self._searching)
         return self._found()
 
 

@@ -99,10 +99,20 @@ class Exact(Counts):
             self._combo_info[key] = info
         return info
 
+    def search_stages(self, mbs: int, stages: int, dp: int) -> None:
+        """Search the shape (m, P, D) = (`mbs`, `stages`, `dp`) to the end: every split and
+        kind set of its stages, from an empty prefix (`stage`), with the dominance memo of
+        this shape alone (a prefix of another shape has another future)."""
+        self._memo = {}
+        state = _Partial(
+            stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
+        )
+        self.stage(state, 0, 0)
+
     def stage(self, state: _Partial, index: int, start: int) -> None:
         """Choose stage `index` (its end block and kind set) after `state`, then recurse."""
         model = self.model
-        self._check_limits()
+        self.check_limits()
         stages, mbs, dp = state.stages, state.mbs, state.dp
         remaining = stages - index - 1
         prefix = self.layer_best(mbs, self.affordable_tp(stages, dp))
@@ -222,7 +232,7 @@ class Exact(Counts):
         model's estimate, and `offer` if it is feasible and rents every `must_use` pool."""
         model = self.model
         self.evaluations += 1
-        self._check_limits()
+        self.check_limits()
         shape = Shape(microbatch=state.mbs, boundaries=state.boundaries, pipelines=state.dp)
         counts = self.cheapest_counts(state.sets, state.dp)
         if counts is None:
@@ -230,13 +240,9 @@ class Exact(Counts):
         estimate = model.estimate(shape, counts)
         if not estimate.feasible or any(not estimate.nodes[p] for p in self.options.must_use):
             return
-        candidate = Candidate(
-            shape=shape, assignment=counts, estimate=estimate, objective=self.objective
+        self.record(
+            Candidate(shape=shape, assignment=counts, estimate=estimate, objective=self.objective)
         )
-        value = candidate.value
-        if self._shape_best is None or value < self._shape_best:
-            self._shape_best = value
-        self.offer(candidate)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

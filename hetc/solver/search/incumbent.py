@@ -94,6 +94,9 @@ class SearchOptions:
     free_only: bool = False
     """Only plans that cost nothing, fastest first: max_throughput within a budget of 0 USD
     per iteration (what `search` does first for min_cost where some pool is free)."""
+    shape_solver: str | None = None
+    """The solver of each shape, by name (`shape_solver.SHAPE_SOLVERS`: `exact`,
+    `kind-profiles`, `cpsat`); None picks it from the approximations."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,6 +172,14 @@ class Incumbent:
         mypyc build checks that (module docstring of setup.py)."""
         return self._shape_best
 
+    def record(self, candidate: Candidate) -> None:
+        """`offer` a candidate found in the shape being searched, noting its value as the
+        shape's best so far (what the driver's `shape` returns)."""
+        value = candidate.value
+        if self._shape_best is None or value < self._shape_best:
+            self._shape_best = value
+        self.offer(candidate)
+
     def offer(self, candidate: Candidate) -> None:
         """Keep the best candidate of each signature; `ranked[0]` is the incumbent. Under
         `free_only`, one that costs anything is no answer."""
@@ -223,7 +234,7 @@ class Incumbent:
                     left += entry[5] - entry[4] + 1
         return left + (self._searching < math.inf)
 
-    def _check_limits(self) -> None:
+    def check_limits(self) -> None:
         options = self.options
         if options.eval_limit is not None and self.evaluations > options.eval_limit:
             raise _Stop(f"evaluation limit {options.eval_limit} reached")

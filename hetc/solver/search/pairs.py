@@ -224,7 +224,7 @@ class Pairs(Zones):
             swaps = self.zone_swaps()
             listed = {(slow, fast) for x, slow in enumerate(ordered) for fast in ordered[x:]}
             for x, slow in enumerate(ordered):
-                self._check_limits()  # O(options^2) rows: seconds at thousands of options
+                self.check_limits()  # O(options^2) rows: seconds at thousands of options
                 for fast in ordered[x:]:
                     both = (slow, fast)
                     moving = sorted({*self._moving_swaps(slow), *self._moving_swaps(fast)})

@@ -184,7 +184,7 @@ class Profiles(Reach):
         for value, slow, fast, n, fixed, floor in queue:
             if value > self.bound():
                 break
-            self._check_limits()
+            self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
             ceiling = self._straggler_ceiling(fixed, m1, rate)

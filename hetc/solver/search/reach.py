@@ -1,4 +1,4 @@
-"""How many pipelines the stages' memory lets the devices hold (`_last_dp`): under
+"""How many pipelines the stages' memory lets the devices hold (`last_dp`): under
 `kind-profiles` with several device types, where each stage sits whole on one option, from
 how far each option's stages can reach in blocks (`profile_last`); otherwise the stage
 cover's relaxation (`cover.most_pipelines`).
@@ -33,8 +33,8 @@ class Reach(Splits):
         self._shares_held: dict[tuple[object, ...], bool] = {}
         self._reach_tables: dict[tuple[object, ...], tuple[list[int], list[int], int]] = {}
 
-    def _last_dp(self, mbs: int, stages: int) -> int:
-        """`_dp_cap`, and no more than the stages' memory lets the devices hold: under
+    def last_dp(self, mbs: int, stages: int) -> int:
+        """`dp_cap`, and no more than the stages' memory lets the devices hold: under
         `kind-profiles` with several device types, where each stage sits whole on one
         option (`profile_last`), else as the stage cover relaxes it, letting a stage mix
         kinds (`cover.most_pipelines`). Both only drop D at which no candidate of their
@@ -46,9 +46,9 @@ class Reach(Splits):
         last = self._lasts.get(key)
         if last is None:
             if "kind-profiles" in self.approx and not self.cover.one_device:
-                last = self.profile_last(mbs, stages, self._dp_cap(mbs, stages))
+                last = self.profile_last(mbs, stages, self.dp_cap(mbs, stages))
             else:
-                last = self.cover.most_pipelines(mbs, stages, self._dp_cap(mbs, stages))
+                last = self.cover.most_pipelines(mbs, stages, self.dp_cap(mbs, stages))
             self._lasts[key] = last
         return last
 

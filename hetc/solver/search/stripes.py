@@ -17,7 +17,7 @@ from hetc.solver.search.profiles import Profiles
 class Stripes(Profiles):
     """Zone stripes: one zone per stage, seeding `kind-profiles`."""
 
-    def _zone_stripes(self) -> None:
+    def zone_stripes(self) -> None:
         """Seed the incumbent with plans that keep every stage inside one zone of a region
         holding the same device in three zones or more. A profile has at most two options,
         and a region-wide (H6) option rings across zones, so `kind-profiles` alone cannot
@@ -36,7 +36,7 @@ class Stripes(Profiles):
                 break
             if self.shape_bounds(mbs, stages, dp, dp)[0] > self.bound():
                 continue
-            self._check_limits()
+            self.check_limits()
             m1 = -(-(self.model.batch // mbs) // dp) - 1
             least, fill = self.stripe_terms(sequence, mbs)
             ceiling = self._straggler_ceiling(fill + self.sync_bound(stages, dp), m1, 0.0)
@@ -50,7 +50,7 @@ class Stripes(Profiles):
 
     def stripe_seeds(self) -> list[tuple[float, int, int, int, tuple[Option, ...]]]:
         """(group bound, m, P, D, options of the stages) of every zone stripe
-        (`_zone_stripes`), least group bound first."""
+        (`zone_stripes`), least group bound first."""
         model = self.model
         groups: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
         for kind in model.kinds:
@@ -58,7 +58,7 @@ class Stripes(Profiles):
             groups.setdefault((region, kind.device, kind.tp), []).append(
                 (-self.capacity[kind.pool], kind.index)
             )
-        bounds = {(mbs, stages): bound for bound, mbs, stages in self._groups()}
+        bounds = {(mbs, stages): bound for bound, mbs, stages in self.shape_groups()}
         seeds: list[tuple[float, int, int, int, tuple[Option, ...]]] = []
         for (_, _, tp), members in sorted(groups.items()):
             pools = {model.kinds[index].pool for _, index in members}
@@ -68,7 +68,7 @@ class Stripes(Profiles):
             for mbs in model.microbatch_sizes():
                 for stages in range(1, model.blocks + 1):
                     dp = self.stripe_width(mbs, stages, tp, [-room for room, _ in members])
-                    last = self._dp_cap(mbs, stages)
+                    last = self.dp_cap(mbs, stages)
                     if not 1 <= dp <= last:
                         continue
                     layout: list[Option] = []

@@ -29,7 +29,7 @@ class Zones(Options):
         self._moving: dict[Option, list[int]] = {}
         self._swap_index: dict[int, list[int]] | None = None
 
-    def _ring_excess(self, stages: int, dp: int) -> float:
+    def ring_excess(self, stages: int, dp: int) -> float:
         """How far `zone_rings` raises a shape's bound above its sync term: the shape
         bound holds for the whole space, where stages may keep to a zone each, while every
         profile of the shape pays at least that ring."""
