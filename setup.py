@@ -33,6 +33,7 @@ COMPILED = [
     "hetc/solver/search/reach.py",
     "hetc/solver/search/profiles.py",
     "hetc/solver/search/stripes.py",
+    "hetc/solver/search/shape_solver.py",
     "hetc/solver/search/driver.py",
     "hetc/solver/cover.py",
     "hetc/costmodel/planning.py",
@@ -40,6 +41,7 @@ COMPILED = [
     "hetc/costmodel/network.py",
     "hetc/costmodel/compute.py",
     "hetc/costmodel/memory.py",
+    "hetc/costmodel/optimizer_layout.py",
 ]
 """The modules compiled together (one C extension group, so calls among them are native):
 the search and the planning model it calls per shape, down to the stage tables and the
