@@ -91,6 +91,10 @@ class SearchOptions:
     free_only: bool = False
     """Only plans that cost nothing, fastest first: max_throughput within a budget of 0 USD
     per iteration (what `search` does first for min_cost where some pool is free)."""
+    first_feasible: bool = False
+    """Stop at the first candidate that meets every constraint (`stop_reason` says so): a
+    feasibility test needs a plan, not the best one. A search that ends without one is as
+    complete as an optimising one, so its empty answer is a proof of infeasibility."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,6 +116,10 @@ class SearchResult:
     stop_reason: str = ""
     greedy_count_leaves: int = 0
     """Leaves whose replica counts came from the greedy, not the exact programme."""
+
+
+FIRST_FEASIBLE = "first feasible candidate found"
+"""`SearchResult.stop_reason` of a `first_feasible` search that found one."""
 
 
 class _Stop(Exception):
@@ -183,6 +191,8 @@ class Incumbent:
             self._kth = self.ranked[0].value
         elif len(self.best) >= top:
             self._kth = heapq.nsmallest(top, (c.value for c in self.best.values()))[-1]
+        if self.options.first_feasible:
+            raise _Stop(FIRST_FEASIBLE)
 
     def alternatives(self) -> tuple[Candidate, ...]:
         """The best, then the best-scored candidate of each other signature the search met,
