@@ -281,8 +281,7 @@ class Optimum:
 
 
 class Oracle:
-    """The planner's search as a feasibility test, memoised on what the diagnosis varies
-    (quotas, constraints, objective, activation checkpointing).
+    """The planner's search as a feasibility test, memoised on the spec.
 
     `status` answers (a witness or None, proven): a spec that fails a necessary condition
     (`feasibility`) is infeasible without a search, as in `plan_spec` (the bisections'
@@ -314,8 +313,8 @@ class Oracle:
         self.overhead = overhead
         self.approximations = approximations
         self.measured_points = measured_points
-        self._status: dict[tuple[object, ...], tuple[Candidate | None, bool]] = {}
-        self._optima: dict[tuple[object, ...], Optimum] = {}
+        self._status: dict[str, tuple[Candidate | None, bool]] = {}
+        self._optima: dict[str, Optimum] = {}
         self.solves = 0
 
     def options(self) -> dict[str, Any]:
@@ -459,13 +458,9 @@ TOLERANCE = 1e-9
 may differ by a rounding hair, so a bound refutes a budget or a floor only beyond it."""
 
 
-def _key(spec: Spec) -> tuple[object, ...]:
-    return (
-        spec.objective,
-        spec.constraints,
-        spec.training.activation_checkpointing,
-        tuple(p.quota for z in spec.zones for p in z.pools),
-    )
+def _key(spec: Spec) -> str:
+    """The memo key: the whole normalised spec, so that one oracle may serve many specs."""
+    return spec_hash(spec)
 
 
 # -- the least change of one family ------------------------------------------------------
@@ -722,7 +717,12 @@ def present(spec: Spec) -> list[str]:
 
 def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fix, ...] | None:
     """Members' least changes in FAMILIES order, each with the earlier members fixed and the
-    later ones removed."""
+    later ones removed; then each member but the quotas again, with every other member at
+    its change. That pass matters where the first one solved with the quotas lifted: above a
+    device count the search approximates (`planner.default_approximations`), so the least
+    max_gpus with lifted quotas can exceed the least with the quota the combination names.
+    It only lowers a member, and lowering one only removes plans, so every other member
+    stays least (one step less on it was infeasible with this member higher)."""
     fixes: list[Fix] = []
     current = spec
     for i, family in enumerate(members):
@@ -731,16 +731,26 @@ def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fi
             return None
         fixes.extend(options[0])
         current = apply_fixes(current, options[0])
-    return tuple(fixes)
+    for family in members:
+        if family == "quota":
+            continue
+        others = [f for f in fixes if f.family != family]
+        options = family_fixes(oracle, apply_fixes(spec, others), family)
+        if options:
+            fixes = [*others, *options[0]]
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return tuple(sorted(fixes, key=lambda f: order[f.family]))
 
 
 def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     """Name the binding constraint(s) of an infeasible spec and the least change of each
     that makes it feasible (see the module docstring); raises ValueError on a feasible one.
-    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points.
+    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points, and
+    `Oracle`'s time_limit (per search) and total (of the searches: DIAGNOSIS_SECONDS by
+    default; None with time_limit None makes the diagnosis exact, however long it takes).
     When a necessary condition (`feasibility`) already fails, the message ends with it:
     why no plan exists, proven before any search, and the bound on the change it gives."""
-    oracle = Oracle(total=DIAGNOSIS_SECONDS, **kwargs)
+    oracle = Oracle(**{"total": DIAGNOSIS_SECONDS, **kwargs})
     if oracle.feasible(spec):
         raise ValueError("the spec is feasible: there is nothing to diagnose")
     diagnosis = _diagnose(oracle, spec)
