@@ -1,9 +1,12 @@
 """Why no plan satisfies a spec, and the least change of each constraint that makes one.
 
-The diagnosis is built on one oracle, `Oracle.feasible`: does the planner's search (with the
+The diagnosis is built on one oracle, `Oracle.status`: does the planner's search (with the
 same profiles and approximations `hetc plan` uses) find a plan inside the runtime's
-capability matrix? Every number it suggests is the end of a search over that oracle, and
-every suggestion is re-solved before it is printed.
+capability matrix, and if not, is that proven? Every number it suggests is the end of a
+search over that oracle, and every suggestion is re-solved before it is printed. Searches
+are time-limited: each fix says how far it is proven least (`Fix.infeasible_at`, the nearest
+less permissive value proven infeasible), and the message gives that range where it is wider
+than the family's resolution, rather than guessing.
 
 Constraint families and what "least change" means for each (the resolution in brackets):
 
@@ -16,10 +19,12 @@ Constraint families and what "least change" means for each (the resolution in br
 - `max_gpus` [whole devices]: the least max_gpus; monotone (a larger limit only adds plans).
 - budget, `constraints.max_cost_per_iteration` [3 significant digits, rounded up]: the least
   cost of any plan under the other constraints, read off the min-cost search (feasibility
-  is monotone in the budget: a plan under a budget is under every larger one).
+  is monotone in the budget: a plan under a budget is under every larger one); budgets under
+  that search's lower bound are proven infeasible.
 - throughput floor, `constraints.min_throughput` [3 significant digits, rounded down]: the
   most iterations/s of any plan under the other constraints, from the max-throughput search
-  (feasibility is decreasing in the floor).
+  (feasibility is decreasing in the floor); floors over the inverse of its lower bound on
+  the time are proven infeasible.
 - memory: no plan exists even with every quota lifted and max_gpus, the budget and the floor
   removed; the fix is activation checkpointing where that alone makes the spec feasible,
   else a device with more memory.
@@ -30,33 +35,28 @@ does, the smallest sets of families whose joint removal does are named (a combin
 each, its members get their least change in the order max_gpus, quota, budget, floor, each
 with the earlier members at their suggested value and the later ones removed, so that the
 changes together make the spec feasible and one step less on any member does not (by the
-monotonicity above: a later member's constraint only removes plans).
+monotonicity above: a later member's constraint only removes plans); then each member but
+the quotas is minimised again with the others at their change (`_combination`).
 
 The monotonicity holds for the exact search; the default `kind-profiles` approximation of
 large clusters (`planner.default_approximations`) narrows the space above a device count, so
 every suggestion is verified by the same planner, and tests/test_solver_diagnosis.py checks
-feasibility at the suggestion and infeasibility one step below it on generated specs.
+feasibility at the suggestion and proven infeasibility one step below it on 300 generated
+specs (bench/diagnosis.py's `small_family`).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Any
 
-from hetc.costmodel.memory import FrameworkOverhead
-from hetc.costmodel.planning import PlanningModel
-from hetc.costmodel.profile import LayerProfile
-from hetc.costmodel.simulate import simulate
-from hetc.plan import capability_problems
-from hetc.schema.spec import Spec, spec_hash
-from hetc.solver.build import build_plan
+from hetc.schema.spec import Spec
 from hetc.solver.feasibility import necessary_conditions
-from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
-from hetc.solver.search import Candidate, SearchOptions, SearchResult, search
+from hetc.solver.oracle import DIAGNOSIS_SECONDS, TOLERANCE, Oracle, constrained
+from hetc.solver.planner import Proposal
 from hetc.units import format_duration, format_usd, plural
 
 __all__ = [
@@ -83,19 +83,6 @@ CEILING_DEVICES = 1024
 
 DIGITS = 3
 """Significant digits of a suggested budget or floor."""
-
-SEARCH_SECONDS = 0.5
-"""Time limit of one search of the diagnosis: a probe stopped there with no plan counts as
-infeasible but proves nothing, so a suggestion stays verified and says how far it is proven
-least (`Fix.infeasible_at`). The planner's search can take minutes to prove an optimum or
-an infeasibility on some small specs (min_cost under max_gpus); a plan, when there is one,
-a first-feasible search mostly finds in milliseconds."""
-
-DIAGNOSIS_SECONDS = 1.5
-"""The time of the searches of one diagnosis: past it, each search gets MIN_SEARCH_SECONDS
-(plans are still found and necessary conditions still prove; long proofs are given up)."""
-
-MIN_SEARCH_SECONDS = 0.02
 
 
 def ceiling_nodes(spec: Spec, zone: int, pool: int) -> int:
@@ -154,10 +141,6 @@ def _number(value: float) -> str:
 # -- editing a spec ----------------------------------------------------------------------
 
 
-def _constraints(spec: Spec, **changes: Any) -> Spec:
-    return replace(spec, constraints=replace(spec.constraints, **changes))
-
-
 def _quotas(spec: Spec, nodes: Callable[[int, int, int], int]) -> Spec:
     """`spec` with pool (z, p)'s quota set to `nodes(z, p, current nodes)` whole nodes."""
     zones = tuple(
@@ -191,11 +174,11 @@ def apply_fixes(spec: Spec, fixes: Sequence[Fix]) -> Spec:
             nodes = int(fix.value) // spec.zones[z].pools[p].gpus_per_node
             spec = _with_nodes(spec, z, p, nodes)
         elif fix.family == "max_gpus":
-            spec = _constraints(spec, max_gpus=int(fix.value))
+            spec = constrained(spec, max_gpus=int(fix.value))
         elif fix.family == "budget":
-            spec = _constraints(spec, max_cost_per_iteration=fix.value)
+            spec = constrained(spec, max_cost_per_iteration=fix.value)
         else:
-            spec = _constraints(spec, min_throughput=fix.value)
+            spec = constrained(spec, min_throughput=fix.value)
     return spec
 
 
@@ -204,11 +187,11 @@ def removed(spec: Spec, families: Sequence[str]) -> Spec:
     if "quota" in families:
         spec = _quotas(spec, lambda z, p, n: max(n, ceiling_nodes(spec, z, p)))
     if "max_gpus" in families:
-        spec = _constraints(spec, max_gpus=None)
+        spec = constrained(spec, max_gpus=None)
     if "budget" in families:
-        spec = _constraints(spec, max_cost_per_iteration=None)
+        spec = constrained(spec, max_cost_per_iteration=None)
     if "throughput floor" in families:
-        spec = _constraints(spec, min_throughput=None)
+        spec = constrained(spec, min_throughput=None)
     return spec
 
 
@@ -263,204 +246,6 @@ def round_down(value: float) -> float:
     digits = math.floor(value / 10.0**exponent + 1e-9)
     out = float(f"{digits}e{exponent}")
     return out if out <= value else float(f"{digits - 1}e{exponent}")
-
-
-# -- the oracle --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Optimum:
-    """What an optimising search under a spec's objective established."""
-
-    candidate: Candidate | None
-    """The best candidate found inside the capability matrix (None when none was)."""
-    lower_bound: float
-    """No plan scores below this (`SearchResult.lower_bound`; the best's value when the
-    search completed, infinite when it completed with none)."""
-    complete: bool
-
-
-class Oracle:
-    """The planner's search as a feasibility test, memoised on the spec.
-
-    `status` answers (a witness or None, proven): a spec that fails a necessary condition
-    (`feasibility`) is infeasible without a search, as in `plan_spec` (the bisections'
-    probes below the answer are mostly such specs); otherwise a `first_feasible` search,
-    which stops at the first plan meeting every constraint, answers, and one that ends
-    without a plan is a proof of infeasibility. A search stopped at `time_limit` without a
-    plan is unknown; then, where the spec has a budget or a floor, the bound of the
-    optimisation without it may still prove it (`_bound_refutes`): no plan costs less
-    than the min-cost search's lower bound, none is faster than the max-throughput one's."""
-
-    def __init__(
-        self,
-        *,
-        profiles: Sequence[LayerProfile] = (),
-        overhead: FrameworkOverhead | None = None,
-        approximations: frozenset[str] | None = None,
-        measured_points: bool = False,
-        time_limit: float | None = SEARCH_SECONDS,
-        total: float | None = None,
-    ) -> None:
-        self.time_limit = time_limit
-        self.deadline = None if total is None else time.perf_counter() + total
-        """Past it, each search gets MIN_SEARCH_SECONDS (None: no deadline)."""
-        self.stopped = 0
-        """Searches stopped by their time limit."""
-        self.unknown = 0
-        """Feasibility probes that found no plan and proved none exists."""
-        self.profiles = tuple(profiles)
-        self.overhead = overhead
-        self.approximations = approximations
-        self.measured_points = measured_points
-        self._status: dict[str, tuple[Candidate | None, bool]] = {}
-        self._optima: dict[str, Optimum] = {}
-        self.solves = 0
-
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments of `plan_spec` that plan as this oracle does."""
-        return {
-            "profiles": self.profiles,
-            "overhead": self.overhead,
-            "approximations": self.approximations,
-            "measured_points": self.measured_points,
-        }
-
-    def model(self, spec: Spec) -> PlanningModel:
-        """The planning model of `spec` with this oracle's profiles and points."""
-        return PlanningModel(
-            spec,
-            profiles=self.profiles,
-            overhead=self.overhead,
-            measured_points=self.measured_points,
-        )
-
-    def optimum(self, spec: Spec) -> Optimum:
-        """The search's best candidate under `spec`'s objective, if it is inside the
-        capability matrix (else `plan_spec`'s best), with the search's lower bound."""
-        key = _key(spec)
-        if key not in self._optima:
-            self._optima[key] = self._optimise(spec)
-        return self._optima[key]
-
-    def best(self, spec: Spec) -> Candidate | None:
-        """`optimum`'s candidate."""
-        return self.optimum(spec).candidate
-
-    def status(self, spec: Spec) -> tuple[Candidate | None, bool]:
-        """(a feasible candidate or None, whether that answer is proven)."""
-        key = _key(spec)
-        if key not in self._status:
-            self._status[key] = self._probe(spec)
-        return self._status[key]
-
-    def witness(self, spec: Spec) -> Candidate | None:
-        """Some feasible candidate, or None when none was found (proven or not: `status`)."""
-        return self.status(spec)[0]
-
-    def feasible(self, spec: Spec) -> bool:
-        return self.witness(spec) is not None
-
-    def proven_infeasible(self, spec: Spec) -> bool:
-        found, proven = self.status(spec)
-        return found is None and proven
-
-    def _search(self, spec: Spec, *, first: bool) -> tuple[PlanningModel, SearchResult] | None:
-        model = self.model(spec)
-        if necessary_conditions(model) is not None:
-            return None
-        self.solves += 1
-        chosen = (
-            default_approximations(model) if self.approximations is None else self.approximations
-        )
-        options = SearchOptions(
-            approximations=chosen, first_feasible=first, time_limit=self._limit()
-        )
-        return model, search(model, options)
-
-    def _limit(self) -> float | None:
-        """This search's time limit: `time_limit`, cut to what is left before the deadline,
-        never under MIN_SEARCH_SECONDS."""
-        if self.deadline is None:
-            return self.time_limit
-        left = max(MIN_SEARCH_SECONDS, self.deadline - time.perf_counter())
-        return left if self.time_limit is None else min(self.time_limit, left)
-
-    def _capable(self, model: PlanningModel, candidate: Candidate) -> bool:
-        plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash="")
-        training = model.spec.training
-        return not capability_problems(
-            plan, zero_stage=training.zero_stage, precision=training.precision
-        )
-
-    def _probe(self, spec: Spec) -> tuple[Candidate | None, bool]:
-        done = self._search(spec, first=True)
-        if done is None:
-            return None, True
-        model, result = done
-        if result.candidates:
-            if self._capable(model, result.candidates[0]):
-                return result.candidates[0], True
-            return self.best(spec), True
-        if result.complete:
-            return None, True
-        self.stopped += 1
-        if self._bound_refutes(spec):
-            return None, True
-        self.unknown += 1
-        return None, False
-
-    def _bound_refutes(self, spec: Spec) -> bool:
-        """Whether the lower bound of the optimisation without the budget (min_cost) or the
-        floor (max_throughput) proves that no plan meets it."""
-        c = spec.constraints
-        if c.max_cost_per_iteration is not None:
-            cheapest = self.optimum(
-                replace(_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
-            )
-            if cheapest.lower_bound > c.max_cost_per_iteration * (1 + TOLERANCE):
-                return True
-        if c.min_throughput is not None:
-            fastest = self.optimum(
-                replace(_constraints(spec, min_throughput=None), objective="max_throughput")
-            )
-            if fastest.lower_bound * c.min_throughput > 1 + TOLERANCE:
-                return True
-        return False
-
-    def _optimise(self, spec: Spec) -> Optimum:
-        done = self._search(spec, first=False)
-        if done is None:
-            return Optimum(None, math.inf, True)
-        model, result = done
-        if not result.complete:
-            self.stopped += 1
-        found = result.candidates
-        if not found or self._capable(model, found[0]):
-            return Optimum(found[0] if found else None, result.lower_bound, result.complete)
-        proposals = plan_spec(spec, **self.options()).proposals
-        return Optimum(proposals[0].candidate if proposals else None, 0.0, False)
-
-    def proposal(self, spec: Spec) -> Proposal | None:
-        """A plan of `spec` (the witness of `feasible`), built and simulated."""
-        candidate = self.witness(spec)
-        if candidate is None:
-            return None
-        model = self.model(spec)
-        plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=spec_hash(spec))
-        simulation = simulate(plan, spec, profiles=self.profiles, overhead=self.overhead)
-        plan = replace(plan, predictions=predictions_of(simulation))
-        return Proposal(candidate=candidate, plan=plan, simulation=simulation)
-
-
-TOLERANCE = 1e-9
-"""Relative slack of a bound's proof: the planning model's cost and the search's budget test
-may differ by a rounding hair, so a bound refutes a budget or a floor only beyond it."""
-
-
-def _key(spec: Spec) -> str:
-    """The memo key: the whole normalised spec, so that one oracle may serve many specs."""
-    return spec_hash(spec)
 
 
 # -- the least change of one family ------------------------------------------------------
@@ -564,13 +349,13 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
 
 
 def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    lifted = _constraints(spec, max_gpus=None)
+    lifted = constrained(spec, max_gpus=None)
     found = oracle.witness(lifted)
     if found is None:
         return None
     limit = spec.constraints.max_gpus or 0
     cap = max(limit + 1, found.estimate.devices)
-    least = _least_true(oracle, lambda n: _constraints(spec, max_gpus=n), limit, cap)
+    least = _least_true(oracle, lambda n: constrained(spec, max_gpus=n), limit, cap)
     if least is None:
         return None
     return Fix(
@@ -640,14 +425,14 @@ def _budget_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     search's lower bound are proven infeasible: that is the resolution (`infeasible_at`),
     one grid step where the search completed."""
     cheapest = oracle.optimum(
-        replace(_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
+        replace(constrained(spec, max_cost_per_iteration=None), objective="min_cost")
     )
     if cheapest.candidate is None or cheapest.candidate.estimate.cost <= 0:
         return None
     index = grid_index(round_up(cheapest.candidate.estimate.cost))
     for step in range(DIGITS):
         value = grid_value(index + step)
-        if oracle.feasible(_constraints(spec, max_cost_per_iteration=value)):
+        if oracle.feasible(constrained(spec, max_cost_per_iteration=value)):
             return Fix(
                 family="budget",
                 path="constraints.max_cost_per_iteration",
@@ -665,7 +450,7 @@ def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     search), rounded down to the grid; verified as the budget is. Floors over the inverse
     of the search's lower bound on the time are proven infeasible (`infeasible_at`)."""
     fastest = oracle.optimum(
-        replace(_constraints(spec, min_throughput=None), objective="max_throughput")
+        replace(constrained(spec, min_throughput=None), objective="max_throughput")
     )
     if fastest.candidate is None:
         return None
@@ -673,7 +458,7 @@ def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     bound = fastest.lower_bound
     for step in range(DIGITS):
         value = grid_value(index - step)
-        if oracle.feasible(_constraints(spec, min_throughput=value)):
+        if oracle.feasible(constrained(spec, min_throughput=value)):
             return Fix(
                 family="throughput floor",
                 path="constraints.min_throughput",
