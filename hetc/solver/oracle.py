@@ -51,6 +51,11 @@ DIAGNOSIS_SECONDS = 1.5
 
 MIN_SEARCH_SECONDS = 0.02
 
+WITNESS_FACTOR = 2.0
+"""Every search gets at least this many times the slowest search so far that found a plan:
+on a large model (Llama-65B on 120 T4) finding a plan takes longer than SEARCH_SECONDS, and
+a probe cut shorter would miss plans that exist, so the diagnosis would name a larger fix."""
+
 
 def constrained(spec: Spec, **changes: Any) -> Spec:
     """`spec` with its constraints changed as given (None removes one)."""
@@ -96,6 +101,8 @@ class Oracle:
         self.time_limit = time_limit
         self.deadline = None if total is None else time.perf_counter() + total
         """Past it, each search gets MIN_SEARCH_SECONDS (None: no deadline)."""
+        self.witness_seconds = 0.0
+        """The slowest search so far that found a plan (see WITNESS_FACTOR)."""
         self.stopped = 0
         """Searches stopped by their time limit."""
         self.unknown = 0
@@ -171,11 +178,14 @@ class Oracle:
 
     def _limit(self) -> float | None:
         """This search's time limit: `time_limit`, cut to what is left before the deadline,
-        never under MIN_SEARCH_SECONDS."""
+        never under MIN_SEARCH_SECONDS nor WITNESS_FACTOR times the slowest search that
+        found a plan."""
+        floor = WITNESS_FACTOR * self.witness_seconds
+        limit = None if self.time_limit is None else max(self.time_limit, floor)
         if self.deadline is None:
-            return self.time_limit
-        left = max(MIN_SEARCH_SECONDS, self.deadline - time.perf_counter())
-        return left if self.time_limit is None else min(self.time_limit, left)
+            return limit
+        left = max(MIN_SEARCH_SECONDS, floor, self.deadline - time.perf_counter())
+        return left if limit is None else min(limit, left)
 
     def _capable(self, model: PlanningModel, candidate: Candidate) -> bool:
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash="")
@@ -189,6 +199,8 @@ class Oracle:
         if done is None:
             return None, True
         model, result = done
+        if result.candidates:
+            self.witness_seconds = max(self.witness_seconds, result.seconds)
         if result.candidates:
             if self._capable(model, result.candidates[0]):
                 return result.candidates[0], True
