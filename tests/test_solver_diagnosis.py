@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hetc.costmodel.planning import PlanningModel
 from hetc.schema import check_text
 from hetc.schema.spec import Spec
 from hetc.solver.diagnosis import (
@@ -23,15 +24,19 @@ from hetc.solver.diagnosis import (
     grid_index,
     grid_value,
     one_step_less,
+    proven_least,
     removed,
     round_down,
     round_up,
+    unit_step,
 )
+from hetc.solver.feasibility import least_devices
 from hetc.solver.planner import plan_spec
+from hetc.solver.search import SearchOptions, search
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from diagnosis import generated
+from diagnosis import SMALL, generated, problems, small_family
 
 OPT = """\
 version: 1
@@ -130,13 +135,68 @@ def test_grid_rounding_stays_feasible_and_steps_by_one_unit() -> None:
 
 
 def test_one_step_less_is_one_node_one_device_one_grid_unit() -> None:
-    """The resolution of each family: whole nodes, whole devices, 3 significant digits."""
+    """The resolution of each family: whole nodes, whole devices, 3 significant digits; a
+    diagnosis that proved its fixes least steps by exactly that unit (`one_step_less` is
+    the proven-infeasible value, `unit_step` the unit, `proven_least` their agreement)."""
     spec = opt("max_gpus: 1, min_throughput: 100")
-    diagnosis = diagnose(spec)
+    diagnosis = diagnose(spec, time_limit=None, total=None)
     gpus, floor = diagnosis.alternatives[0]
-    assert one_step_less(spec, gpus) == replace(gpus, value=3)
-    stepped = one_step_less(spec, floor)
+    assert unit_step(spec, gpus) == replace(gpus, value=3) == one_step_less(spec, gpus)
+    stepped = unit_step(spec, floor)
     assert stepped is not None and stepped.value == grid_value(grid_index(floor.value) + 1)
+    assert one_step_less(spec, floor) == stepped
+    assert diagnosis.proven and proven_least(spec, gpus) and proven_least(spec, floor)
+    assert not proven_least(spec, replace(floor, infeasible_at=None))
+    assert not proven_least(spec, replace(gpus, infeasible_at=2))
+
+
+SMALL_SPEC = """\
+version: 1
+name: small
+model: {model}
+training: {{global_batch_size: 16, seq_len: 512, precision: fp16, zero_stage: 1}}
+objective: max_throughput
+constraints: {{{constraints}}}
+zones:
+  - name: z1
+    region: r1
+    pools:
+      - {{device: T4, quota: 4, gpus_per_node: 4}}
+      - {{device: A100-40GB, quota: 8, gpus_per_node: 4}}
+"""
+
+
+def small(constraints: str) -> Spec:
+    result = check_text(SMALL_SPEC.format(model=SMALL, constraints=constraints), "s.yaml")
+    assert result.spec is not None, [d.format() for d in result.diagnostics]
+    return result.spec
+
+
+def test_budget_and_floor_each_alone_when_each_can_be_met_alone() -> None:
+    """A budget only the cheapest plans meet and a floor only the fastest meet: each can be
+    met alone (the planner finds a plan without either), not both, so each binds alone and
+    the diagnosis says either change suffices: the budget at the cost of the fastest plan
+    over the floor, the floor at the throughput of the cheapest plan under the budget."""
+    base = small("")
+    cheapest = plan_spec(replace(base, objective="min_cost")).search.candidates[0].estimate
+    fastest = plan_spec(base).search.candidates[0].estimate
+    budget, floor = round_up(cheapest.cost * 1.05), round_down(0.95 / fastest.iteration_time)
+    spec = small(f"max_cost_per_iteration: {budget}, min_throughput: {floor}")
+    assert not feasible(spec)
+    assert feasible(with_constraints(spec, min_throughput=None))
+    assert feasible(with_constraints(spec, max_cost_per_iteration=None))
+    diagnosis = diagnose(spec, time_limit=None, total=None)
+    assert diagnosis.binding == "budget or throughput floor"
+    assert diagnosis.message.startswith("each of these alone makes the spec feasible")
+    (cost,), (speed,) = diagnosis.alternatives
+    fast = plan_spec(
+        replace(with_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
+    )
+    assert cost.value == round_up(fast.search.candidates[0].estimate.cost)
+    cheap = plan_spec(with_constraints(spec, min_throughput=None))
+    assert speed.value == round_down(1 / cheap.search.candidates[0].estimate.iteration_time)
+    for fix in (cost, speed):
+        assert feasible(apply_fixes(spec, [fix]))
 
 
 def test_a_feasible_spec_has_nothing_to_diagnose() -> None:
@@ -193,3 +253,103 @@ def test_feasibility_is_monotone_in_each_constraint(seed: int) -> None:
             first = values.index(True) if True in values else len(values)
             assert all(values[first:]), (name, values)
         checked += 1
+
+
+def test_first_feasible_search_stops_at_a_plan_and_proves_none() -> None:
+    """`SearchOptions.first_feasible`: on a feasible spec the search stops at its first
+    candidate, which meets every constraint (the floor, by its estimate) and scores no
+    better than the optimising search's best; on an infeasible one it ends complete with
+    none, as the optimising search does."""
+    spec = small("min_throughput: 5")
+    model = PlanningModel(spec)
+    first = search(model, SearchOptions(first_feasible=True))
+    best = search(model, SearchOptions())
+    (found,) = first.candidates
+    assert first.stop_reason == "first feasible candidate found" and not first.complete
+    assert 1 / found.estimate.iteration_time >= 5 and found.value >= best.candidates[0].value
+    assert first.evaluations <= best.evaluations
+    hopeless = PlanningModel(small("min_throughput: 1000"))
+    none = search(hopeless, SearchOptions(first_feasible=True))
+    assert none.complete and not none.candidates
+    assert not search(hopeless, SearchOptions()).candidates
+
+
+@pytest.mark.slow
+def test_300_generated_infeasible_specs_get_least_verified_fixes() -> None:
+    """On 300 generated infeasible specs of a four-block model (`small_family`), the exact
+    diagnosis (no time limit) is proven least at each family's unit resolution, and an
+    independent checker (a fresh oracle's own searches, bench/diagnosis.py's `problems`)
+    finds every suggestion feasible, one step less on any member proven infeasible, each
+    constraint named alone binding (its removal alone restores feasibility), each named
+    combination needing all its members, and no unnamed constraint binding alone. Mutation
+    checks: with `_combination`'s re-minimising pass removed, specs fail (max_gpus
+    one device too high); with `Oracle` memoised on quotas and constraints only (as before),
+    the family's own oracle mistakes specs for infeasible."""
+    specs = small_family(300)
+    families: set[str] = set()
+    for spec in specs:
+        diagnosis = diagnose(spec, time_limit=None, total=None)
+        assert diagnosis.proven, diagnosis.message
+        assert problems(spec, diagnosis, Oracle(time_limit=None)) == [], diagnosis.message
+        families.update(diagnosis.binding.replace(" or ", " and ").split(" and "))
+    assert families == {"max_gpus", "quota", "budget", "throughput floor"}
+
+
+LLAMA = """\
+version: 1
+name: llama
+model: {{preset: Llama-65B}}
+training: {{global_batch_size: 64, seq_len: 2048, precision: fp16, zero_stage: 1,
+  activation_checkpointing: {checkpointing}}}
+objective: max_throughput
+zones:
+  - name: z1
+    region: r1
+    pools:
+      - {{device: {device}, quota: {quota}, gpus_per_node: {gpn}}}
+"""
+
+
+def llama(device: str, quota: int, gpn: int, *, checkpointing: bool = False) -> Spec:
+    text = LLAMA.format(
+        device=device, quota=quota, gpn=gpn, checkpointing=str(checkpointing).lower()
+    )
+    result = check_text(text, "llama.yaml")
+    assert result.spec is not None, [d.format() for d in result.diagnostics]
+    return result.spec
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quota", [16, 8])
+def test_llama65b_on_a100_is_told_the_least_quota(quota: int) -> None:
+    """Issue 29: Llama-65B on A100-80GB with quota 16 (or 8) was told quota 984 (488); the
+    least feasible quota is 24 (three nodes of 8): a fresh oracle finds a plan at 24 (six
+    stages) and proves 16 infeasible, and the diagnosis, within its default time, says 24,
+    proven least (the previous round's diagnosis also said 24, in 4 s)."""
+    spec = llama("A100-80GB", quota, 8)
+    diagnosis = diagnose(spec)
+    assert diagnosis.change == "zones[0].pools[0].quota: 24" and diagnosis.proven
+    checker = Oracle(time_limit=None)
+    plan = checker.witness(llama("A100-80GB", 24, 8))
+    assert plan is not None and plan.shape.stages == 6
+    assert checker.proven_infeasible(llama("A100-80GB", 16, 8))
+
+
+@pytest.mark.slow
+def test_llama65b_on_t4_with_checkpointing_is_told_the_least_t4_count() -> None:
+    """Issue 29: Llama-65B on T4 with activation checkpointing was told 504 T4. The least
+    quota in whole nodes of 4 is 120: a fresh oracle finds a plan at 120 and proves 116
+    infeasible, above what the memory bound alone proves (`least_devices`). The exact
+    diagnosis says 120, proven least; within its default time (which on a loaded machine may
+    end before the proofs do) it gives a verified quota and a proven-infeasible one, with
+    120 in between (what it proved, not a guess)."""
+    spec = llama("T4", 64, 4, checkpointing=True)
+    checker = Oracle(time_limit=None)
+    assert checker.feasible(llama("T4", 120, 4, checkpointing=True))
+    assert checker.proven_infeasible(llama("T4", 116, 4, checkpointing=True))
+    assert least_devices(PlanningModel(spec)) < 116
+    exact = diagnose(spec, time_limit=None, total=None)
+    assert exact.change == "zones[0].pools[0].quota: 120" and exact.proven
+    (quick,) = diagnose(spec).alternatives[0]
+    assert quick.infeasible_at is not None and quick.infeasible_at < 120 <= quick.value
+    assert checker.feasible(apply_fixes(spec, [quick]))

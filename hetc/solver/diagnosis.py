@@ -1,9 +1,12 @@
 """Why no plan satisfies a spec, and the least change of each constraint that makes one.
 
-The diagnosis is built on one oracle, `Oracle.feasible`: does the planner's search (with the
+The diagnosis is built on one oracle, `Oracle.status`: does the planner's search (with the
 same profiles and approximations `hetc plan` uses) find a plan inside the runtime's
-capability matrix? Every number it suggests is the end of a search over that oracle, and
-every suggestion is re-solved before it is printed.
+capability matrix, and if not, is that proven? Every number it suggests is the end of a
+search over that oracle, and every suggestion is re-solved before it is printed. Searches
+are time-limited: each fix says how far it is proven least (`Fix.infeasible_at`, the nearest
+less permissive value proven infeasible), and the message gives that range where it is wider
+than the family's resolution, rather than guessing.
 
 Constraint families and what "least change" means for each (the resolution in brackets):
 
@@ -16,10 +19,12 @@ Constraint families and what "least change" means for each (the resolution in br
 - `max_gpus` [whole devices]: the least max_gpus; monotone (a larger limit only adds plans).
 - budget, `constraints.max_cost_per_iteration` [3 significant digits, rounded up]: the least
   cost of any plan under the other constraints, read off the min-cost search (feasibility
-  is monotone in the budget: a plan under a budget is under every larger one).
+  is monotone in the budget: a plan under a budget is under every larger one); budgets under
+  that search's lower bound are proven infeasible.
 - throughput floor, `constraints.min_throughput` [3 significant digits, rounded down]: the
   most iterations/s of any plan under the other constraints, from the max-throughput search
-  (feasibility is decreasing in the floor).
+  (feasibility is decreasing in the floor); floors over the inverse of its lower bound on
+  the time are proven infeasible.
 - memory: no plan exists even with every quota lifted and max_gpus, the budget and the floor
   removed; the fix is activation checkpointing where that alone makes the spec feasible,
   else a device with more memory.
@@ -30,12 +35,14 @@ does, the smallest sets of families whose joint removal does are named (a combin
 each, its members get their least change in the order max_gpus, quota, budget, floor, each
 with the earlier members at their suggested value and the later ones removed, so that the
 changes together make the spec feasible and one step less on any member does not (by the
-monotonicity above: a later member's constraint only removes plans).
+monotonicity above: a later member's constraint only removes plans); then each member but
+the quotas is minimised again with the others at their change (`_combination`).
 
 The monotonicity holds for the exact search; the default `kind-profiles` approximation of
 large clusters (`planner.default_approximations`) narrows the space above a device count, so
 every suggestion is verified by the same planner, and tests/test_solver_diagnosis.py checks
-feasibility at the suggestion and infeasibility one step below it on generated specs.
+feasibility at the suggestion and proven infeasibility one step below it on 300 generated
+specs (bench/diagnosis.py's `small_family`).
 """
 
 from __future__ import annotations
@@ -46,16 +53,10 @@ from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Any
 
-from hetc.costmodel.memory import FrameworkOverhead
-from hetc.costmodel.planning import PlanningModel
-from hetc.costmodel.profile import LayerProfile
-from hetc.costmodel.simulate import simulate
-from hetc.plan import capability_problems
-from hetc.schema.spec import Spec, spec_hash
-from hetc.solver.build import build_plan
+from hetc.schema.spec import Spec
 from hetc.solver.feasibility import necessary_conditions
-from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
-from hetc.solver.search import Candidate, SearchOptions, search
+from hetc.solver.oracle import DIAGNOSIS_SECONDS, TOLERANCE, Oracle, constrained
+from hetc.solver.planner import Proposal
 from hetc.units import format_duration, format_usd, plural
 
 __all__ = [
@@ -68,7 +69,9 @@ __all__ = [
     "ceiling_nodes",
     "diagnose",
     "one_step_less",
+    "proven_least",
     "removed",
+    "unit_step",
 ]
 
 FAMILIES = ("max_gpus", "quota", "budget", "throughput floor")
@@ -80,15 +83,6 @@ CEILING_DEVICES = 1024
 
 DIGITS = 3
 """Significant digits of a suggested budget or floor."""
-
-SEARCH_SECONDS = 2.0
-"""Time limit of one search of the diagnosis: a search stopped there with no plan counts as
-infeasible, so a suggestion stays verified but may not be the least (`Diagnosis.proven`
-says so). The planner's search can take minutes on some small specs (min_cost under
-max_gpus); the limit keeps a diagnosis bounded."""
-
-QUICK_LEAVES = 200
-"""Scored leaves after which a feasibility test stops early when it has found a plan."""
 
 
 def ceiling_nodes(spec: Spec, zone: int, pool: int) -> int:
@@ -108,6 +102,11 @@ class Fix:
     value: float
     what: str
     """What the value is, in words (names the pool of a quota)."""
+    infeasible_at: float | None = None
+    """The nearest less permissive value proven infeasible: one resolution step from
+    `value` (`unit_step`) when `value` is proven least; further where a probe or an
+    optimisation stopped at its time limit, so that the least value lies in between (the
+    resolution the diagnosis actually has). None where nothing less is proven infeasible."""
 
     def line(self) -> str:
         return f"{self.path}: {_number(self.value)}"
@@ -129,8 +128,8 @@ class Diagnosis:
     alternatives: tuple[tuple[Fix, ...], ...] = ()
     """Each entry a set of fixes that together make the spec feasible; any one entry does."""
     proven: bool = True
-    """False when a search stopped at SEARCH_SECONDS: the fixes are verified, not proven
-    least."""
+    """Whether every fix is proven least at its family's resolution (`proven_least`); where
+    not, each fix is verified and `Fix.infeasible_at` says how far it is proven."""
 
 
 def _number(value: float) -> str:
@@ -140,10 +139,6 @@ def _number(value: float) -> str:
 
 
 # -- editing a spec ----------------------------------------------------------------------
-
-
-def _constraints(spec: Spec, **changes: Any) -> Spec:
-    return replace(spec, constraints=replace(spec.constraints, **changes))
 
 
 def _quotas(spec: Spec, nodes: Callable[[int, int, int], int]) -> Spec:
@@ -179,11 +174,11 @@ def apply_fixes(spec: Spec, fixes: Sequence[Fix]) -> Spec:
             nodes = int(fix.value) // spec.zones[z].pools[p].gpus_per_node
             spec = _with_nodes(spec, z, p, nodes)
         elif fix.family == "max_gpus":
-            spec = _constraints(spec, max_gpus=int(fix.value))
+            spec = constrained(spec, max_gpus=int(fix.value))
         elif fix.family == "budget":
-            spec = _constraints(spec, max_cost_per_iteration=fix.value)
+            spec = constrained(spec, max_cost_per_iteration=fix.value)
         else:
-            spec = _constraints(spec, min_throughput=fix.value)
+            spec = constrained(spec, min_throughput=fix.value)
     return spec
 
 
@@ -192,18 +187,37 @@ def removed(spec: Spec, families: Sequence[str]) -> Spec:
     if "quota" in families:
         spec = _quotas(spec, lambda z, p, n: max(n, ceiling_nodes(spec, z, p)))
     if "max_gpus" in families:
-        spec = _constraints(spec, max_gpus=None)
+        spec = constrained(spec, max_gpus=None)
     if "budget" in families:
-        spec = _constraints(spec, max_cost_per_iteration=None)
+        spec = constrained(spec, max_cost_per_iteration=None)
     if "throughput floor" in families:
-        spec = _constraints(spec, min_throughput=None)
+        spec = constrained(spec, min_throughput=None)
     return spec
 
 
 def one_step_less(spec: Spec, fix: Fix) -> Fix | None:
-    """The fix one resolution step less permissive (None where there is no such value):
-    a node fewer, a device fewer, a budget one step of the grid of DIGITS significant digits
-    lower, a floor one step higher."""
+    """The fix one resolution step less permissive: `Fix.infeasible_at`, the nearest value
+    the diagnosis proved infeasible (None where it proved none)."""
+    if fix.infeasible_at is None:
+        return None
+    return replace(fix, value=fix.infeasible_at)
+
+
+def proven_least(spec: Spec, fix: Fix) -> bool:
+    """Whether `fix.value` is proven least at the family's own resolution: a value at most
+    one `unit_step` less permissive is proven infeasible."""
+    step = unit_step(spec, fix)
+    if step is None or fix.infeasible_at is None:
+        return False
+    if fix.family == "throughput floor":
+        return fix.infeasible_at <= step.value
+    return fix.infeasible_at >= step.value
+
+
+def unit_step(spec: Spec, fix: Fix) -> Fix | None:
+    """The fix one unit of its family's resolution less permissive (None where there is no
+    such value): a node fewer, a device fewer, a budget one step of the grid of DIGITS
+    significant digits lower, a floor one step higher."""
     if fix.family == "quota":
         z, p = _pool_at(spec, fix.path)
         gpn = spec.zones[z].pools[p].gpus_per_node
@@ -234,150 +248,42 @@ def round_down(value: float) -> float:
     return out if out <= value else float(f"{digits - 1}e{exponent}")
 
 
-# -- the oracle --------------------------------------------------------------------------
-
-
-class Oracle:
-    """The planner's search as a feasibility test, memoised on what the diagnosis varies
-    (quotas, constraints, objective, activation checkpointing). A spec that fails a
-    necessary condition (`feasibility`) is infeasible without a search, as in `plan_spec`:
-    the bisections' probes below the answer are mostly such specs."""
-
-    def __init__(
-        self,
-        *,
-        profiles: Sequence[LayerProfile] = (),
-        overhead: FrameworkOverhead | None = None,
-        approximations: frozenset[str] | None = None,
-        measured_points: bool = False,
-        time_limit: float | None = SEARCH_SECONDS,
-    ) -> None:
-        self.time_limit = time_limit
-        self.unproven = 0
-        """Searches stopped by the time limit before they proved their answer."""
-        self.profiles = tuple(profiles)
-        self.overhead = overhead
-        self.approximations = approximations
-        self.measured_points = measured_points
-        self._memo: dict[tuple[object, ...], tuple[Candidate | None, bool]] = {}
-        self.solves = 0
-
-    def options(self) -> dict[str, Any]:
-        """The keyword arguments of `plan_spec` that plan as this oracle does."""
-        return {
-            "profiles": self.profiles,
-            "overhead": self.overhead,
-            "approximations": self.approximations,
-            "measured_points": self.measured_points,
-        }
-
-    def model(self, spec: Spec) -> PlanningModel:
-        """The planning model of `spec` with this oracle's profiles and points."""
-        return PlanningModel(
-            spec,
-            profiles=self.profiles,
-            overhead=self.overhead,
-            measured_points=self.measured_points,
-        )
-
-    def best(self, spec: Spec) -> Candidate | None:
-        """The search's best candidate under `spec`'s objective, if it is inside the
-        capability matrix (else `plan_spec`'s best); None when there is none."""
-        return self._memoised(spec, None)[0]
-
-    def witness(self, spec: Spec) -> Candidate | None:
-        """Some feasible candidate, or None when there is none: the search stopped after
-        QUICK_LEAVES scored leaves when that found one (a candidate is a plan, feasibility
-        needs no optimum), the whole search otherwise."""
-        quick, complete = self._memoised(spec, QUICK_LEAVES)
-        return quick if quick is not None or complete else self.best(spec)
-
-    def feasible(self, spec: Spec) -> bool:
-        return self.witness(spec) is not None
-
-    def _memoised(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
-        key = (
-            leaves,
-            spec.objective,
-            spec.constraints,
-            spec.training.activation_checkpointing,
-            tuple(p.quota for z in spec.zones for p in z.pools),
-        )
-        if key not in self._memo:
-            self._memo[key] = self._solve(spec, leaves)
-        return self._memo[key]
-
-    def _solve(self, spec: Spec, leaves: int | None) -> tuple[Candidate | None, bool]:
-        """(the best candidate found, inside the capability matrix, and whether the search
-        was complete)."""
-        model = self.model(spec)
-        if necessary_conditions(model) is not None:
-            return None, True
-        self.solves += 1
-        chosen = (
-            default_approximations(model) if self.approximations is None else self.approximations
-        )
-        options = SearchOptions(
-            approximations=chosen, eval_limit=leaves, time_limit=self.time_limit
-        )
-        result = search(model, options)
-        found = result.candidates
-        if leaves is None and not result.complete:
-            self.unproven += 1
-        if not found:
-            return None, result.complete
-        plan = build_plan(model, found[0].shape, found[0].assignment, spec_hash="")
-        training = spec.training
-        if not capability_problems(
-            plan, zero_stage=training.zero_stage, precision=training.precision
-        ):
-            return found[0], result.complete
-        if leaves is not None:
-            return None, False
-        proposals = plan_spec(spec, **self.options()).proposals
-        return (proposals[0].candidate if proposals else None), True
-
-    def proposal(self, spec: Spec) -> Proposal | None:
-        """A plan of `spec` (the witness of `feasible`), built and simulated."""
-        candidate = self.witness(spec)
-        if candidate is None:
-            return None
-        model = self.model(spec)
-        plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=spec_hash(spec))
-        simulation = simulate(plan, spec, profiles=self.profiles, overhead=self.overhead)
-        plan = replace(plan, predictions=predictions_of(simulation))
-        return Proposal(candidate=candidate, plan=plan, simulation=simulation)
-
-
 # -- the least change of one family ------------------------------------------------------
 
 
-def _least_true(feasible: Callable[[int], bool], low: int, cap: int) -> int | None:
-    """The least n in (low, cap] with feasible(n), for a monotone `feasible` false at `low`;
-    None when false at `cap`. Galloping (low + 1, low + 2, low + 4, ...), then bisection:
-    the searches near the answer are the cheap ones, and the cap is solved only when
-    nothing below it is feasible."""
+def _least_true(
+    oracle: Oracle, at: Callable[[int], Spec], low: int, cap: int
+) -> tuple[int, int | None] | None:
+    """(the least n in (low, cap] at which `at(n)` is feasible, the largest n below it proven
+    infeasible) for a monotone feasibility, false at `low`; None when false at `cap`.
+    Galloping (low + 1, low + 2, low + 4, ...), then bisection: the searches near the answer
+    are the cheap ones, and the cap is solved only when nothing below it is feasible. A
+    probe stopped at the time limit counts as infeasible but proves nothing, so the second
+    number says how far the answer is proven (None where not even `low` is)."""
     step, below = 1, low
+    proven = low if oracle.proven_infeasible(at(low)) else None
+
+    def probe(n: int) -> bool:
+        nonlocal proven
+        found, sure = oracle.status(at(n))
+        if found is None and sure:
+            proven = n if proven is None else max(proven, n)
+        return found is not None
+
     while True:
-        probe = min(low + step, cap)
-        if feasible(probe):
+        high = min(low + step, cap)
+        if probe(high):
             break
-        if probe >= cap:
+        if high >= cap:
             return None
-        below, step = probe, step * 2
-    high = probe
+        below, step = high, step * 2
     while high - below > 1:
         mid = (below + high) // 2
-        if feasible(mid):
+        if probe(mid):
             high = mid
         else:
             below = mid
-    return high
-
-
-def _pool_test(oracle: Oracle, spec: Spec, zone: int, pool: int) -> Callable[[int], bool]:
-    """Whether `spec` with `n` nodes in one pool is feasible, as a function of n."""
-    return lambda n: oracle.feasible(_with_nodes(spec, zone, pool, n))
+    return high, proven
 
 
 def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
@@ -390,10 +296,15 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
     for z, p in slots:
         zone, pool = spec.zones[z], spec.zones[z].pools[p]
         have, gpn = pool.max_nodes, pool.gpus_per_node
-
-        nodes = _least_true(_pool_test(oracle, spec, z, p), have, ceiling_nodes(spec, z, p))
-        if nodes is None:
+        found = _least_true(
+            oracle,
+            lambda n, z=z, p=p: _with_nodes(spec, z, p, n),  # type: ignore[misc]
+            have,
+            ceiling_nodes(spec, z, p),
+        )
+        if found is None:
             continue
+        nodes, proven = found
         what = f"the quota of {pool.name}@{zone.name} ({plural(nodes, 'node')} of {gpn})"
         out.append(
             (
@@ -402,6 +313,7 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
                     path=f"zones[{z}].pools[{p}].quota",
                     value=nodes * gpn,
                     what=what,
+                    infeasible_at=None if proven is None else proven * gpn,
                 ),
             )
         )
@@ -416,16 +328,18 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
     def added(k: int) -> Spec:
         return _quotas(spec, lambda z, p, n: min(n + k, max(n, ceiling_nodes(spec, z, p))))
 
-    k = _least_true(lambda k: oracle.feasible(added(k)), 0, reach) if reach > 0 else None
-    if k is None:
+    found = _least_true(oracle, added, 0, reach) if reach > 0 else None
+    if found is None:
         return []
-    grown = added(k)
+    k, proven = found
+    grown, less = added(k), None if proven is None else added(proven)
     fixes = tuple(
         Fix(
             family="quota",
             path=f"zones[{z}].pools[{p}].quota",
             value=pool.quota,
             what=f"the quota of {pool.name}@{zone.name} ({plural(k, 'node')} more)",
+            infeasible_at=None if less is None else less.zones[z].pools[p].quota,
         )
         for z, zone in enumerate(grown.zones)
         for p, pool in enumerate(zone.pools)
@@ -435,16 +349,22 @@ def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
 
 
 def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    lifted = _constraints(spec, max_gpus=None)
+    lifted = constrained(spec, max_gpus=None)
     found = oracle.witness(lifted)
     if found is None:
         return None
     limit = spec.constraints.max_gpus or 0
     cap = max(limit + 1, found.estimate.devices)
-    least = _least_true(lambda n: oracle.feasible(_constraints(spec, max_gpus=n)), limit, cap)
+    least = _least_true(oracle, lambda n: constrained(spec, max_gpus=n), limit, cap)
     if least is None:
         return None
-    return Fix(family="max_gpus", path="constraints.max_gpus", value=least, what="max_gpus")
+    return Fix(
+        family="max_gpus",
+        path="constraints.max_gpus",
+        value=least[0],
+        what="max_gpus",
+        infeasible_at=least[1],
+    )
 
 
 GRID = int(9 * 10 ** (DIGITS - 1))
@@ -463,42 +383,95 @@ def grid_value(index: int) -> float:
     return float(f"{offset + GRID // 9}e{exponent}")
 
 
+def _grid_below(bound: float) -> float | None:
+    """The largest grid value under `bound` (with TOLERANCE), None when `bound` is not
+    positive and finite."""
+    if not 0 < bound < math.inf:
+        return None
+    bound *= 1 - TOLERANCE
+    index = grid_index(bound)
+    return grid_value(index if grid_value(index) < bound else index - 1)
+
+
+def _grid_above(bound: float) -> float | None:
+    """The least grid value over `bound` (with TOLERANCE), None when `bound` is not
+    positive and finite."""
+    if not 0 < bound < math.inf:
+        return None
+    bound *= 1 + TOLERANCE
+    index = grid_index(bound)
+    return grid_value(index if grid_value(index) > bound else index + 1)
+
+
+def _proven_at(oracle: Oracle, spec: Spec, family: str) -> float | None:
+    """`spec`'s own budget or floor where `spec` is proven infeasible, else None."""
+    c = spec.constraints
+    value = c.max_cost_per_iteration if family == "budget" else c.min_throughput
+    return value if value is not None and oracle.proven_infeasible(spec) else None
+
+
+def _nearest(
+    values: Sequence[float | None], pick: Callable[[Sequence[float]], float]
+) -> float | None:
+    """`pick` (max for budgets, min for floors) of the values that are not None."""
+    known = [v for v in values if v is not None]
+    return pick(known) if known else None
+
+
 def _budget_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     """The least cost of a plan under the other constraints (the min-cost search), rounded up
     to the grid; if the verification fails there (the planning model's cost and the search's
-    budget test differ by a rounding hair), the next grid values up."""
-    cheapest = oracle.best(
-        replace(_constraints(spec, max_cost_per_iteration=None), objective="min_cost")
+    budget test differ by a rounding hair), the next grid values up. Budgets under the
+    search's lower bound are proven infeasible: that is the resolution (`infeasible_at`),
+    one grid step where the search completed."""
+    cheapest = oracle.optimum(
+        replace(constrained(spec, max_cost_per_iteration=None), objective="min_cost")
     )
-    if cheapest is None:
+    if cheapest.candidate is None or cheapest.candidate.estimate.cost <= 0:
         return None
-    if cheapest.estimate.cost <= 0:
-        return None
-    index = grid_index(round_up(cheapest.estimate.cost))
+    index = grid_index(round_up(cheapest.candidate.estimate.cost))
     for step in range(DIGITS):
         value = grid_value(index + step)
-        if oracle.feasible(_constraints(spec, max_cost_per_iteration=value)):
-            what = "the budget (USD per iteration)"
-            path = "constraints.max_cost_per_iteration"
-            return Fix(family="budget", path=path, value=value, what=what)
+        if oracle.feasible(constrained(spec, max_cost_per_iteration=value)):
+            return Fix(
+                family="budget",
+                path="constraints.max_cost_per_iteration",
+                value=value,
+                what="the budget (USD per iteration)",
+                infeasible_at=_nearest(
+                    [_grid_below(cheapest.lower_bound), _proven_at(oracle, spec, "budget")], max
+                ),
+            )
     return None
 
 
 def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
     """The most iterations/s of a plan under the other constraints (the max-throughput
-    search), rounded down to the grid; verified as the budget is."""
-    fastest = oracle.best(
-        replace(_constraints(spec, min_throughput=None), objective="max_throughput")
+    search), rounded down to the grid; verified as the budget is. Floors over the inverse
+    of the search's lower bound on the time are proven infeasible (`infeasible_at`)."""
+    fastest = oracle.optimum(
+        replace(constrained(spec, min_throughput=None), objective="max_throughput")
     )
-    if fastest is None:
+    if fastest.candidate is None:
         return None
-    index = grid_index(1.0 / fastest.estimate.iteration_time)
+    index = grid_index(1.0 / fastest.candidate.estimate.iteration_time)
+    bound = fastest.lower_bound
     for step in range(DIGITS):
         value = grid_value(index - step)
-        if oracle.feasible(_constraints(spec, min_throughput=value)):
-            what = "the throughput floor (iterations/s)"
-            path = "constraints.min_throughput"
-            return Fix(family="throughput floor", path=path, value=value, what=what)
+        if oracle.feasible(constrained(spec, min_throughput=value)):
+            return Fix(
+                family="throughput floor",
+                path="constraints.min_throughput",
+                value=value,
+                what="the throughput floor (iterations/s)",
+                infeasible_at=_nearest(
+                    [
+                        _grid_above(1.0 / bound) if bound > 0 else None,
+                        _proven_at(oracle, spec, "throughput floor"),
+                    ],
+                    min,
+                ),
+            )
     return None
 
 
@@ -529,7 +502,12 @@ def present(spec: Spec) -> list[str]:
 
 def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fix, ...] | None:
     """Members' least changes in FAMILIES order, each with the earlier members fixed and the
-    later ones removed."""
+    later ones removed; then each member but the quotas again, with every other member at
+    its change. That pass matters where the first one solved with the quotas lifted: above a
+    device count the search approximates (`planner.default_approximations`), so the least
+    max_gpus with lifted quotas can exceed the least with the quota the combination names.
+    It only lowers a member, and lowering one only removes plans, so every other member
+    stays least (one step less on it was infeasible with this member higher)."""
     fixes: list[Fix] = []
     current = spec
     for i, family in enumerate(members):
@@ -538,16 +516,26 @@ def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fi
             return None
         fixes.extend(options[0])
         current = apply_fixes(current, options[0])
-    return tuple(fixes)
+    for family in members:
+        if family == "quota":
+            continue
+        others = [f for f in fixes if f.family != family]
+        options = family_fixes(oracle, apply_fixes(spec, others), family)
+        if options:
+            fixes = [*others, *options[0]]
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return tuple(sorted(fixes, key=lambda f: order[f.family]))
 
 
 def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     """Name the binding constraint(s) of an infeasible spec and the least change of each
     that makes it feasible (see the module docstring); raises ValueError on a feasible one.
-    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points.
+    `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points, and
+    `Oracle`'s time_limit (per search) and total (of the searches: DIAGNOSIS_SECONDS by
+    default; None with time_limit None makes the diagnosis exact, however long it takes).
     When a necessary condition (`feasibility`) already fails, the message ends with it:
     why no plan exists, proven before any search, and the bound on the change it gives."""
-    oracle = Oracle(**kwargs)
+    oracle = Oracle(**{"total": DIAGNOSIS_SECONDS, **kwargs})
     if oracle.feasible(spec):
         raise ValueError("the spec is feasible: there is nothing to diagnose")
     diagnosis = _diagnose(oracle, spec)
@@ -582,16 +570,17 @@ def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
         return _memory(oracle, spec)
     plan = oracle.proposal(apply_fixes(spec, alternatives[0]))
     message = _message(spec, alone, alternatives, plan)
-    if oracle.unproven:
+    proven = all(proven_least(spec, f) for fixes in alternatives for f in fixes)
+    if not proven:
         message += (
-            f" ({plural(oracle.unproven, 'search', 'searches')} stopped at their"
-            f" {oracle.time_limit:g} s limit:"
-            " the change is verified, but a smaller one may exist)"
+            f" ({plural(oracle.stopped, 'search', 'searches')} stopped at their"
+            f" {oracle.time_limit:g} s limit: each change is verified; where a range is"
+            " given, the least value lies in it)"
         )
     return Diagnosis(
         binding=" or ".join(binding),
         message=message,
-        proven=not oracle.unproven,
+        proven=proven,
         change="; or ".join(", ".join(f.line() for f in fixes) for fixes in alternatives),
         plan=plan,
         alternatives=tuple(alternatives),
@@ -662,7 +651,12 @@ def _message(
     spec: Spec, alone: bool, alternatives: Sequence[tuple[Fix, ...]], plan: Proposal | None
 ) -> str:
     def change(fix: Fix) -> str:
-        return f"{fix.what} {_now(spec, fix)} -> {_number(fix.value)}"
+        text = f"{fix.what} {_now(spec, fix)} -> {_number(fix.value)}"
+        if proven_least(spec, fix):
+            return text
+        if fix.infeasible_at is None:
+            return f"{text} (not proven least)"
+        return f"{text} (proven infeasible at {_number(fix.infeasible_at)}; the limit lies between)"
 
     if alone:
         head = (

@@ -97,6 +97,10 @@ class SearchOptions:
     shape_solver: str | None = None
     """The solver of each shape, by name (`shape_solver.SHAPE_SOLVERS`: `exact`,
     `kind-profiles`, `cpsat`); None picks it from the approximations."""
+    first_feasible: bool = False
+    """Stop at the first candidate that meets every constraint (`stop_reason` says so): a
+    feasibility test needs a plan, not the best one. A search that ends without one is as
+    complete as an optimising one, so its empty answer is a proof of infeasibility."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -118,6 +122,10 @@ class SearchResult:
     stop_reason: str = ""
     greedy_count_leaves: int = 0
     """Leaves whose replica counts came from the greedy, not the exact programme."""
+
+
+FIRST_FEASIBLE = "first feasible candidate found"
+"""`SearchResult.stop_reason` of a `first_feasible` search that found one."""
 
 
 class _Stop(Exception):
@@ -197,6 +205,8 @@ class Incumbent:
             self._kth = self.ranked[0].value
         elif len(self.best) >= top:
             self._kth = heapq.nsmallest(top, (c.value for c in self.best.values()))[-1]
+        if self.options.first_feasible:
+            raise _Stop(FIRST_FEASIBLE)
 
     def alternatives(self) -> tuple[Candidate, ...]:
         """The best, then the best-scored candidate of each other signature the search met,
