@@ -98,14 +98,18 @@ class Search(Stripes):
             stop = str(why)
             interrupted = why.interrupted
         candidates = self.alternatives()
-        bound = self.lower_bound() if stop or self.approx else self.incumbent()
+        best = candidates[0].value if candidates else None
+        within = self.searched_bound() if stop or "dp-order" in self.approx else self.incumbent()
+        every = self.lower_bound() if stop or self.approx else self.incumbent()
         return SearchResult(
             candidates=candidates,
             evaluations=self.evaluations,
             complete=not stop,
             seconds=time.perf_counter() - self.started,
-            lower_bound=bound,
-            gap=relative_gap(candidates[0].value if candidates else None, bound),
+            lower_bound=within,
+            gap=relative_gap(best, within),
+            lower_bound_all_plans=every,
+            gap_all_plans=relative_gap(best, every),
             interrupted=interrupted,
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
@@ -288,7 +292,14 @@ def search(model: PlanningModel, options: SearchOptions | None = None) -> Search
         free = Search(model, replace(options, free_only=True)).run()
     if free.candidates:
         candidates = tuple(replace(c, objective="min_cost") for c in free.candidates)
-        return replace(free, candidates=candidates, lower_bound=0.0, gap=0.0)
+        return replace(
+            free,
+            candidates=candidates,
+            lower_bound=0.0,
+            gap=0.0,
+            lower_bound_all_plans=0.0,
+            gap_all_plans=0.0,
+        )
     if free.interrupted:
         return free
     rest = options.time_limit

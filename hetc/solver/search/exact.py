@@ -10,12 +10,16 @@
   (fill, straggler so far, the last stage's pending period, synchronisation, egress,
   devices per pool), need only the better one expanded (`_dominated`).
 - At a leaf, the replica counts come from `counts`.
+- While a shape is searched, what it has left is bounded by its open prefixes: at each level
+  of the recursion, the prefixes after the one being expanded, and the one being expanded at
+  the deepest level (`_shape_floor`), so the search's lower bound rises within a shape.
 - A kind that runs out of memory in a stage (H2) is never used there; TP stays within a
   node (H1). Both are facts of the model, not approximations.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -39,6 +43,9 @@ class Exact(Counts):
         ] = {}
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
         self._stage_send = cache(model.send_between)
+        self._open: list[list[float]] = []
+        """Per level of the recursion in progress: [least bound of the prefixes after the one
+        being expanded, that one's bound] (`_shape_floor`)."""
         """The planning model's send between two stages' kind sets, cached: `stage` asks for
         the same few pairs for every prefix of every shape."""
 
@@ -117,13 +124,44 @@ class Exact(Counts):
         throughput = self.objective == "max_throughput"
         capacity = self.capacity
         previous = state.sets[-1] if index else ()
-        for end in ends:
+        if index == 0:
+            self._open = []
+        rows = [
+            self.kind_sets(mbs, dp, flight, first_layer, end + 2 if last else end + 1)
+            for end in ends
+        ]
+        floor = _PrefixFloor(
+            state,
+            sync_lb,
+            m1,
+            [prefix[-1] - prefix[end + 2 if last else end + 1] for end in ends],
+            remaining,
+            [(work[-1] - work[end + 2 if last else end + 1]) * dp for end in ends],
+            self.effective_devices(mbs, state.forced, state.extra + dp * self._min_tp)
+            if remaining
+            else 0.0,
+            None
+            if throughput
+            else (sum(state.forced) + state.extra + dp * self._min_tp + rest_devices)
+            * self._cheapest,
+        )
+        after = floor.suffix(rows)
+        level = [math.inf, math.inf]
+        self._open.append(level)
+        for at, end in enumerate(ends):
             end_layer = end + 2 if last else end + 1
             rest_fill = prefix[-1] - prefix[end_layer]
             rest_straggler = rest_fill / remaining if remaining else 0.0
             rest_work = (work[-1] - work[end_layer]) * dp
             key = (start, end, index == 0, last)
-            for t, combo in self.kind_sets(mbs, dp, flight, first_layer, end_layer):
+            row = rows[at]
+            for j, (t, combo) in enumerate(row):
+                level[1] = floor.bound(at, t)
+                level[0] = (
+                    min(after[at + 1], floor.bound(at, row[j + 1][0]))
+                    if j + 1 < len(row)
+                    else after[at + 1]
+                )
                 send = self._stage_send(previous, combo, mbs) if index else 0.0
                 fill = state.fill + t + 2 * send
                 straggler = max(state.straggler, state.pending + send)
@@ -205,6 +243,23 @@ class Exact(Counts):
                     self.leaf(child)
                 else:
                     self.stage(child, index + 1, end)
+        self._open.pop()
+
+    def _shape_floor(self) -> float:
+        """No candidate the shape in progress has left scores below this: the least bound of
+        its open prefixes (each level's prefixes after the one being expanded, and the one
+        being expanded at the deepest level, whose subtree is not entered yet; a deeper
+        level covers its parent's), at least the shape's bound. A prefix's bound never falls
+        as it is completed (module docstring), so it bounds its whole subtree; prefixes
+        already expanded or pruned hold nothing below the incumbent."""
+        base = self._searching
+        if not self._open:
+            return base
+        least = self._open[-1][1]
+        for level in self._open:
+            if level[0] < least:
+                least = level[0]
+        return max(base, least)
 
     def _dominated(self, key: tuple[object, ...], values: tuple[float, ...]) -> bool:
         """Whether a partial with the same future (stage, end, neighbouring sets, resources)
@@ -264,3 +319,53 @@ class _Partial:
     """Devices the mixed stages need beyond `forced`, on pools chosen at the leaf."""
     mixed: tuple[tuple[int, ...], ...] = ()
     """The mixed stages' kind sets, sorted: with `forced`, they fix which counts are possible."""
+
+
+class _PrefixFloor:
+    """Lower bounds on the children of one prefix, for `Exact._shape_floor`: the child that
+    ends its stage at the `at`-th end on a kind set of time t is bounded by
+    fill + t + rest_fill + (m - 1) max(straggler, pending, t, rest straggler, rest work /
+    G) + sync, the bound `Exact.stage` prunes with less the sends (which are non-negative),
+    with G the sigma-weighted devices left when the new stage takes its fewest devices
+    (D x the least TP) from the fastest pools, at least those any child leaves free
+    (`Bounds.effective_devices`). It grows with t, so the fastest set of each end bounds all
+    of that end's; for min_cost, times the least rental rate any child has (at least D x the
+    least TP devices for the new stage) plus the egress so far."""
+
+    def __init__(
+        self,
+        state: _Partial,
+        sync_lb: float,
+        m1: int,
+        rest_fills: list[float],
+        remaining: int,
+        rest_works: list[float],
+        free: float,
+        rate: float | None,
+    ) -> None:
+        self.base = state.fill
+        self.floor = max(state.straggler, state.pending)
+        self.sync = max(state.sync, sync_lb)
+        self.m1 = m1
+        self.rest_fills = rest_fills
+        self.remaining = remaining
+        self.slow = [w / free if free > 0 else math.inf for w in rest_works] if remaining else None
+        self.rate = rate
+        self.egress = state.egress
+
+    def bound(self, at: int, t: float) -> float:
+        rest = self.rest_fills[at]
+        straggler = max(self.floor, t, rest / self.remaining if self.remaining else 0.0)
+        if self.slow is not None and self.slow[at] > straggler:
+            straggler = self.slow[at]
+        lb = self.base + t + rest + self.m1 * straggler + self.sync
+        return lb if self.rate is None else lb * self.rate + self.egress
+
+    def suffix(self, rows: list[list[tuple[float, tuple[int, ...]]]]) -> list[float]:
+        """For each end, the least bound of the children at that end or later (infinite
+        past the last): each end's fastest set bounds its children."""
+        after = [math.inf] * (len(rows) + 1)
+        for at in range(len(rows) - 1, -1, -1):
+            first = self.bound(at, rows[at][0][0]) if rows[at] else math.inf
+            after[at] = min(first, after[at + 1])
+        return after
