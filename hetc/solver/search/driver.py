@@ -85,6 +85,8 @@ class Search(Stripes):
         stop = ""
         interrupted = False
         self._root = min((group[0] for group in self._groups()), default=math.inf)
+        if self.approx:
+            self._root = max(self._root, self.shapes_floor())
         try:
             if "kind-profiles" in self.approx:
                 self._zone_stripes()
