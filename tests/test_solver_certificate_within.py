@@ -206,7 +206,7 @@ def test_a_floor_that_forgets_the_prefix_being_expanded_is_caught(
     def forgetful(self: Exact) -> float:
         if not self._open:
             return self._searching
-        return max(self._searching, min(level[0] for level in self._open))
+        return max(self._searching, min(level.after() for level in self._open))
 
     monkeypatch.setattr(Exact, "_shape_floor", forgetful)
     wrong, _ = _refinement_problems()

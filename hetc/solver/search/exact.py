@@ -20,7 +20,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations
@@ -43,9 +43,9 @@ class Exact(Counts):
         ] = {}
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
         self._stage_send = cache(model.send_between)
-        self._open: list[list[float]] = []
-        """Per level of the recursion in progress: [least bound of the prefixes after the one
-        being expanded, that one's bound] (`_shape_floor`)."""
+        self._open: list[_PrefixFloor] = []
+        """Per level of the recursion in progress, its prefixes and which is being expanded
+        (`_shape_floor`)."""
         """The planning model's send between two stages' kind sets, cached: `stage` asks for
         the same few pairs for every prefix of every shape."""
 
@@ -131,37 +131,25 @@ class Exact(Counts):
             for end in ends
         ]
         floor = _PrefixFloor(
+            self,
             state,
-            sync_lb,
+            max(state.sync, sync_lb),
             m1,
-            [prefix[-1] - prefix[end + 2 if last else end + 1] for end in ends],
+            (prefix, work, ends, 2 if last else 1),
+            rows,
             remaining,
-            [(work[-1] - work[end + 2 if last else end + 1]) * dp for end in ends],
-            self.effective_devices(mbs, state.forced, state.extra + dp * self._min_tp)
-            if remaining
-            else 0.0,
-            None
-            if throughput
-            else (sum(state.forced) + state.extra + dp * self._min_tp + rest_devices)
-            * self._cheapest,
+            rest_devices,
         )
-        after = floor.suffix(rows)
-        level = [math.inf, math.inf]
-        self._open.append(level)
+        self._open.append(floor)
         for at, end in enumerate(ends):
             end_layer = end + 2 if last else end + 1
             rest_fill = prefix[-1] - prefix[end_layer]
             rest_straggler = rest_fill / remaining if remaining else 0.0
             rest_work = (work[-1] - work[end_layer]) * dp
             key = (start, end, index == 0, last)
-            row = rows[at]
-            for j, (t, combo) in enumerate(row):
-                level[1] = floor.bound(at, t)
-                level[0] = (
-                    min(after[at + 1], floor.bound(at, row[j + 1][0]))
-                    if j + 1 < len(row)
-                    else after[at + 1]
-                )
+            floor.at = at
+            for j, (t, combo) in enumerate(rows[at]):
+                floor.j = j
                 send = self._stage_send(previous, combo, mbs) if index else 0.0
                 fill = state.fill + t + 2 * send
                 straggler = max(state.straggler, state.pending + send)
@@ -255,10 +243,9 @@ class Exact(Counts):
         base = self._searching
         if not self._open:
             return base
-        least = self._open[-1][1]
+        least = self._open[-1].current()
         for level in self._open:
-            if level[0] < least:
-                least = level[0]
+            least = min(least, level.after())
         return max(base, least)
 
     def _dominated(self, key: tuple[object, ...], values: tuple[float, ...]) -> bool:
@@ -322,50 +309,71 @@ class _Partial:
 
 
 class _PrefixFloor:
-    """Lower bounds on the children of one prefix, for `Exact._shape_floor`: the child that
-    ends its stage at the `at`-th end on a kind set of time t is bounded by
-    fill + t + rest_fill + (m - 1) max(straggler, pending, t, rest straggler, rest work /
-    G) + sync, the bound `Exact.stage` prunes with less the sends (which are non-negative),
-    with G the sigma-weighted devices left when the new stage takes its fewest devices
-    (D x the least TP) from the fastest pools, at least those any child leaves free
+    """The children of one prefix and which one `Exact.stage` is expanding (`at`-th end,
+    `j`-th kind set), with lower bounds on them for `Exact._shape_floor`, computed only when
+    asked. The child that ends its stage at the `at`-th end on a kind set of time t is
+    bounded by fill + t + rest_fill + (m - 1) max(straggler, pending, t, rest straggler,
+    rest work / G) + sync, the bound `Exact.stage` prunes with less the sends (which are
+    non-negative), with G the sigma-weighted devices left when the new stage takes its fewest
+    devices (D x the least TP) from the fastest pools, at least those any child leaves free
     (`Bounds.effective_devices`). It grows with t, so the fastest set of each end bounds all
     of that end's; for min_cost, times the least rental rate any child has (at least D x the
-    least TP devices for the new stage) plus the egress so far."""
+    least TP devices for the new stage and the stages after) plus the egress so far."""
 
     def __init__(
         self,
+        search: Exact,
         state: _Partial,
-        sync_lb: float,
+        sync: float,
         m1: int,
-        rest_fills: list[float],
+        rest: tuple[list[float], list[float], Sequence[int], int],
+        rows: list[list[tuple[float, tuple[int, ...]]]],
         remaining: int,
-        rest_works: list[float],
-        free: float,
-        rate: float | None,
+        rest_devices: int,
     ) -> None:
-        self.base = state.fill
-        self.floor = max(state.straggler, state.pending)
-        self.sync = max(state.sync, sync_lb)
+        self.search = search
+        self.state = state
+        self.sync = sync
         self.m1 = m1
-        self.rest_fills = rest_fills
+        self.rest = rest
+        """(layer_best prefix sums, device_work prefix sums, the stage's ends, what to add
+        to an end for the first layer after the stage), for the rest of the model."""
+        self.rows = rows
         self.remaining = remaining
-        self.slow = [w / free if free > 0 else math.inf for w in rest_works] if remaining else None
-        self.rate = rate
-        self.egress = state.egress
+        self.rest_devices = rest_devices
+        self.at = 0
+        self.j = 0
 
     def bound(self, at: int, t: float) -> float:
-        rest = self.rest_fills[at]
-        straggler = max(self.floor, t, rest / self.remaining if self.remaining else 0.0)
-        if self.slow is not None and self.slow[at] > straggler:
-            straggler = self.slow[at]
-        lb = self.base + t + rest + self.m1 * straggler + self.sync
-        return lb if self.rate is None else lb * self.rate + self.egress
+        """The bound (class docstring) of a child at the `at`-th end on a set of time t."""
+        state, search = self.state, self.search
+        prefix, work, ends, past = self.rest
+        layer = ends[at] + past
+        rest = prefix[-1] - prefix[layer]
+        straggler = max(state.straggler, state.pending, t)
+        if self.remaining:
+            least = search._min_tp * state.dp
+            free = search.effective_devices(state.mbs, state.forced, state.extra + least)
+            rest_work = (work[-1] - work[layer]) * state.dp
+            slow = rest_work / free if free > 0 else math.inf
+            straggler = max(straggler, rest / self.remaining, slow)
+        lb = state.fill + t + rest + self.m1 * straggler + self.sync
+        if search.objective == "max_throughput":
+            return lb
+        devices = sum(state.forced) + state.extra + state.dp * search._min_tp
+        return lb * (devices + self.rest_devices) * search._cheapest + state.egress
 
-    def suffix(self, rows: list[list[tuple[float, tuple[int, ...]]]]) -> list[float]:
-        """For each end, the least bound of the children at that end or later (infinite
-        past the last): each end's fastest set bounds its children."""
-        after = [math.inf] * (len(rows) + 1)
-        for at in range(len(rows) - 1, -1, -1):
-            first = self.bound(at, rows[at][0][0]) if rows[at] else math.inf
-            after[at] = min(first, after[at + 1])
-        return after
+    def current(self) -> float:
+        """The bound of the child being expanded."""
+        row = self.rows[self.at]
+        return self.bound(self.at, row[self.j][0]) if row else math.inf
+
+    def after(self) -> float:
+        """The least bound of the children after the one being expanded: the next set at its
+        end, and each later end's fastest."""
+        row = self.rows[self.at]
+        least = self.bound(self.at, row[self.j + 1][0]) if self.j + 1 < len(row) else math.inf
+        for at in range(self.at + 1, len(self.rows)):
+            if self.rows[at]:
+                least = min(least, self.bound(at, self.rows[at][0][0]))
+        return least
