@@ -22,6 +22,7 @@ planner would search them exactly, and the percentiles are over both sets. The n
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import random
 import resource
@@ -78,7 +79,9 @@ def _pair(spec: Spec, cap: float, out: Connection) -> None:
         if not approx.candidates:
             out.send(("approximation found no plan", None, exact.seconds, approx.seconds, False))
             return
-        gap = approx.candidates[0].value / exact.candidates[0].value - 1
+        found, best = approx.candidates[0].value, exact.candidates[0].value
+        # min_cost on free pools: 0 USD is optimal, and any price above it infinitely worse
+        gap = found / best - 1 if best > 0 else (0.0 if found == 0 else math.inf)
         out.send(("gap", gap, exact.seconds, approx.seconds, approx.complete))
     except MemoryError:
         out.send(("exact unfinished (memory)", None, 0.0, 0.0, False))
@@ -141,7 +144,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=0)
     parser.add_argument("--cap", type=float, default=60.0)
     args = parser.parse_args()
-    if args.family:
+    if args.family or args.small:
         family(args.family, args.small, args.cap)
         return
     specs = []

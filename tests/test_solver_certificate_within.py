@@ -13,7 +13,9 @@ being expanded, are each caught.
 from __future__ import annotations
 
 import math
+import re
 from functools import cache
+from pathlib import Path
 
 import pytest
 from oracles.brute_force import candidates
@@ -21,7 +23,7 @@ from oracles.instances import binding_instance, random_instance
 
 from hetc.costmodel.planning import PlanningModel
 from hetc.schema import Spec, check_text
-from hetc.solver.certificate import relative_gap
+from hetc.solver.certificate import MEASURED_GAPS, declared_text, gap_text, relative_gap
 from hetc.solver.search import SearchOptions, SearchResult, search
 from hetc.solver.search.driver import Search
 from hetc.solver.search.exact import Exact
@@ -211,3 +213,28 @@ def test_a_floor_that_forgets_the_prefix_being_expanded_is_caught(
     monkeypatch.setattr(Exact, "_shape_floor", forgetful)
     wrong, _ = _refinement_problems()
     assert wrong
+
+
+def test_the_declared_measured_gap_is_the_one_docs_planner_md_reports() -> None:
+    """`certificate.MEASURED_GAPS` (what `hetc plan` prints beside the approximation) and the
+    measurement section of docs/planner.md state the same numbers, and the declaration
+    carries the p95 of that constant."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "planner.md").read_text()
+    found = re.search(
+        r"`kind-profiles` from exact on bench/spec_family: p50 (\S+), p95 (\S+), worst (\S+);"
+        r" (\d+) specs of (\d+)",
+        " ".join(text.split()),
+    )
+    assert found, "docs/planner.md lacks the measured kind-profiles gap line"
+    measured = MEASURED_GAPS["kind-profiles"]
+    assert found.groups() == (
+        gap_text(measured.p50),
+        gap_text(measured.p95),
+        gap_text(measured.worst),
+        str(measured.finished),
+        str(measured.specs),
+    )
+    assert declared_text(KIND_PROFILES) == (
+        f"kind-profiles (on bench/spec_family: p95 {gap_text(measured.p95)} from exact)"
+    )
+    assert declared_text(frozenset()) == "none"
