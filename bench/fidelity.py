@@ -237,6 +237,8 @@ def _proposal(spec: Any, profiles: list[Any], shape: PlanShape) -> PlanningResul
         seconds=0.0,
         lower_bound=candidate.value,
         gap=0.0,
+        lower_bound_all_plans=candidate.value,
+        gap_all_plans=0.0,
         stop_reason="",
     )
     return PlanningResult(

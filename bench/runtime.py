@@ -145,6 +145,8 @@ def compile_one_rank(args: argparse.Namespace, zero: int, work: Path) -> Path:
             seconds=0.0,
             lower_bound=candidate.value,
             gap=0.0,
+            lower_bound_all_plans=candidate.value,
+            gap_all_plans=0.0,
             stop_reason="",
         ),
         approximations=frozenset(),

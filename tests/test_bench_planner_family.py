@@ -25,8 +25,9 @@ def test_percentile_is_the_nearest_rank() -> None:
 
 
 def test_a_short_run_ends_with_the_summary_line() -> None:
-    """Two generated specs under a 1 s search limit: one row each, every plan row states a
-    gap, and the last line is `p95 seconds: X, worst gap: Y, unanswered: Z`."""
+    """Two generated specs under a 1 s search limit: one row each, every plan row states both
+    gaps, the line before the last gives the gap over all plans, and the last line is
+    `p95 seconds: X, worst gap: Y, unanswered: Z`."""
     done = subprocess.run(
         [
             sys.executable,
@@ -41,7 +42,9 @@ def test_a_short_run_ends_with_the_summary_line() -> None:
     lines = done.stdout.strip().splitlines()
     rows = [line for line in lines if re.match(r"\s*\d+\s", line)]
     assert len(rows) == 2
-    assert all(", gap " in row for row in rows if " plan" in row)
+    assert all(", gap " in row and "over all plans" in row for row in rows if " plan" in row)
+    if any(" plan" in row for row in rows):
+        assert re.fullmatch(r"p95 gap over all plans: \S+%, worst: \S+%", lines[-2])
     assert re.fullmatch(
         r"p95 seconds: \d+\.\d\d, worst gap: (\S+%|n/a \(no plan\)), unanswered: [0-2]", lines[-1]
     )

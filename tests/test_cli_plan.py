@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from hetc.cli import app
 from hetc.plan import plan_from_json, plan_problems
+from hetc.solver.certificate import MEASURED_GAPS, gap_text
+from hetc.solver.report import proven_text
+from hetc.solver.search import SearchResult
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,3 +159,67 @@ def test_bad_solver_and_missing_spec_are_clear_errors(tmp_path: Path) -> None:
     missing = runner.invoke(app, ["plan", str(tmp_path / "nope.yaml")])
     assert missing.exit_code == 4 and "To fix:" in missing.stderr
     assert "Traceback" not in missing.output
+
+
+def test_plan_under_an_approximation_states_both_gaps_and_its_measured_gap(
+    tmp_path: Path,
+) -> None:
+    """Under kind-profiles: the JSON carries the gap within it and over all plans (the first
+    no larger, its bound no lower), and the text declares the approximation with the
+    measured gap of `certificate.MEASURED_GAPS` and names what each gap is within."""
+    path = _spec(tmp_path)
+    args = ["plan", str(path), "--approximations", "kind-profiles", "--eval-limit", "2"]
+    data = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert data["gap"] is not None and data["gap_all_plans"] is not None
+    assert data["gap"] <= data["gap_all_plans"]
+    assert data["lower_bound"] >= data["lower_bound_all_plans"]
+    text = runner.invoke(app, args)
+    assert text.exit_code == 0, text.output
+    measured = gap_text(MEASURED_GAPS["kind-profiles"].p95)
+    assert (
+        f"approximations: kind-profiles (on bench/spec_family: p95 {measured} from exact)"
+        in text.stdout
+    )
+    proven = proven_text(
+        replace(
+            SEARCH_SHAPE,
+            gap=data["gap"],
+            gap_all_plans=data["gap_all_plans"],
+            lower_bound=data["lower_bound"],
+            lower_bound_all_plans=data["lower_bound_all_plans"],
+        ),
+        frozenset({"kind-profiles"}),
+    )
+    assert proven in text.stdout
+    assert f"{gap_text(data['gap_all_plans'])} over all plans" in proven
+
+
+def test_proven_text_names_what_each_gap_is_within() -> None:
+    """Proven best over all plans; proven best within an approximation only; a gap within
+    it and one over all plans; without approximations, one gap."""
+    within = frozenset({"kind-profiles"})
+    assert proven_text(replace(SEARCH_SHAPE, gap=0.0, gap_all_plans=0.0), within) == (
+        "proven best (gap 0)"
+    )
+    assert proven_text(replace(SEARCH_SHAPE, gap=0.0, gap_all_plans=0.5), within) == (
+        "proven best within kind-profiles (gap 0); gap at most 50.0% over all plans"
+    )
+    assert proven_text(replace(SEARCH_SHAPE, gap=0.1, gap_all_plans=0.5), within) == (
+        "not proven best: gap at most 10.0% within kind-profiles; gap at most 50.0% over all plans"
+    )
+    assert proven_text(replace(SEARCH_SHAPE, gap=0.1, gap_all_plans=0.1), frozenset()) == (
+        "not proven best: gap at most 10.0% over all plans (the planner estimate vs the"
+        " search's lower bound)"
+    )
+
+
+SEARCH_SHAPE = SearchResult(
+    candidates=(),
+    evaluations=0,
+    complete=False,
+    seconds=0.0,
+    lower_bound=0.0,
+    gap=None,
+    lower_bound_all_plans=0.0,
+    gap_all_plans=None,
+)

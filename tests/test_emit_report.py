@@ -29,6 +29,7 @@ from hetc.emit.report import report_markdown, timeline_svg
 from hetc.plan import Node, Pipeline, Plan, Replica, Stage
 from hetc.schema import check_file
 from hetc.schema.spec import Spec
+from hetc.solver.certificate import gap_text
 from hetc.solver.planner import PlanningResult, plan_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -435,7 +436,7 @@ def _facts(md: str) -> dict[str, str]:
     return dict(p.split(": ", 1) for p in _paragraphs(md) if p.split(":")[0] in FACTS)
 
 
-FACTS = ("Objective", "Constraints", "Search", "Approximations", "Proven best")
+FACTS = ("Objective", "Constraints", "Search", "Approximations", "Proven best", "Proven gap")
 
 
 def test_header_says_how_the_plan_was_found(local: Case) -> None:
@@ -446,6 +447,7 @@ def test_header_says_how_the_plan_was_found(local: Case) -> None:
     evaluations = local.result.search.evaluations
     assert facts["Search"] == f"{evaluations:,} candidates scored; the search ran to completion"
     assert facts["Proven best"].startswith("yes") and facts["Approximations"].startswith("none")
+    assert facts["Proven gap"] == "at most 0% from the best of all plans"
     assert "spec.yaml" in _paragraphs(local.md)[1]
     assert "![pipeline timeline](timeline.svg)" in local.md
     stopped = plan_spec(local.spec, top=3, eval_limit=3)
@@ -457,6 +459,11 @@ def test_header_says_how_the_plan_was_found(local: Case) -> None:
     facts = _facts(md)
     assert facts["Proven best"].startswith("no: best within the approximations")
     assert facts["Approximations"].startswith("kind-profiles (every stage runs one pool")
+    search = approximate.search
+    assert facts["Proven gap"] == (
+        f"at most {gap_text(search.gap)} from the best plan within kind-profiles;"
+        f" at most {gap_text(search.gap_all_plans)} from the best of all plans"
+    )
     assert "No alternative was kept (1 proposal)" in md
 
 

@@ -62,7 +62,10 @@ def run_compile_command(
         return planned
     result, _options = planned
     if not result.search.complete:
-        echo(f"hetc: warning: {stopped_text(result.search)}; compiling it", err=True)
+        echo(
+            f"hetc: warning: {stopped_text(result.search, result.approximations)}; compiling it",
+            err=True,
+        )
     if result.cut is not None:
         echo(f"hetc: warning: {result.cut} (raise --time-limit for more)", err=True)
     compiled = compile_output(

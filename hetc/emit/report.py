@@ -31,6 +31,7 @@ from hetc.costmodel.schedule import Interval, Timeline
 from hetc.costmodel.simulate import RankReport, Simulation
 from hetc.plan import Plan
 from hetc.schema.spec import Spec
+from hetc.solver.certificate import gap_text
 from hetc.solver.planner import PlanningResult, Proposal
 from hetc.solver.report import relative_loss
 from hetc.solver.search import APPROXIMATIONS
@@ -291,7 +292,19 @@ def _search_facts(result: PlanningResult) -> list[tuple[str, str]]:
         ("Search", scored),
         ("Approximations", approximations),
         ("Proven best", _proven(result)),
+        ("Proven gap", _gaps(result)),
     ]
+
+
+def _gaps(result: PlanningResult) -> str:
+    """The search's two certificates (`certificate`): how far plan 1's planner estimate may
+    be from the best plan within the approximations, and from the best of all plans."""
+    search = result.search
+    every = f"at most {gap_text(search.gap_all_plans)} from the best of all plans"
+    if not result.approximations:
+        return every
+    within = "+".join(sorted(result.approximations))
+    return f"at most {gap_text(search.gap)} from the best plan within {within}; {every}"
 
 
 def _proven(result: PlanningResult) -> str:

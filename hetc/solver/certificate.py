@@ -5,8 +5,21 @@ The lower bound is the least bound of what the search has not yet explored: the 
 shape it has not searched to the end is below every candidate in it (`search.driver` module
 docstring, step 1), and a shape it has searched to the end holds nothing better than the
 incumbent. So the optimum lies between the bound and the incumbent, whenever the search
-stops. Under an approximation the searched shapes were searched only within the
-approximation's space, so the bound falls back to the least bound of every shape.
+stops. Within a shape the exact search refines its shape's bound to the least bound of its
+open prefixes (`exact.Exact._shape_floor`).
+
+Two certificates, since an approximation narrows the space searched:
+
+- `gap` (within the approximations): a shape searched to the end within the approximation's
+  space holds nothing there better than the incumbent, so the least bound of the rest brackets
+  the best plan the approximation can produce;
+- `gap_all_plans`: the searched shapes were searched only within the approximation's space, so
+  over all plans of the planning model the bound falls back to the least bound of every shape.
+  Without approximations the two are one.
+
+What an approximation costs against the exact search on the spec family is measured, not
+proven: `MEASURED_GAPS`, from bench/approximations.py --family (docs/planner.md,
+Measurements).
 
 Both objectives minimise a number (seconds per iteration for `max_throughput`, USD per
 iteration for `min_cost`), so one gap serves both: (incumbent - bound) / incumbent. For
@@ -21,7 +34,29 @@ from dataclasses import dataclass
 
 from hetc.costmodel.planning import PlanningModel
 
-__all__ = ["Snapshot", "gap_text", "relative_gap", "some_pool_is_free"]
+__all__ = [
+    "MEASURED_GAPS",
+    "MeasuredGap",
+    "Snapshot",
+    "declared_text",
+    "gap_text",
+    "relative_gap",
+    "some_pool_is_free",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class MeasuredGap:
+    """How much worse an approximation's plan was than the exact search's, on the specs of
+    the family (bench/spec_family.py) where the exact search finished."""
+
+    p50: float
+    p95: float
+    worst: float
+    finished: int
+    """Specs with a plan whose exact search finished within the cap."""
+    specs: int
+    """Specs drawn."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -41,6 +76,31 @@ class Snapshot:
     @property
     def gap(self) -> float | None:
         return relative_gap(self.incumbent, self.lower_bound)
+
+
+MEASURED_GAPS: dict[str, MeasuredGap] = {
+    "kind-profiles": MeasuredGap(p50=0.0, p95=0.11, worst=0.1774, finished=49, specs=100),
+}
+"""What `bench/approximations.py --family 40 --small 60 --cap 30` measured: the plan's
+objective against the exact search's, on the specs with a plan whose exact search finished
+within 30 s (5 of the 40 family specs, 44 of the 60 small ones). docs/planner.md states the
+same numbers (Measured, under the family), which a test keeps equal to these."""
+
+
+def declared_text(approximations: frozenset[str]) -> str:
+    """The approximations a plan was searched under, each with its measured gap where there is
+    one: "kind-profiles (on bench/spec_family: p95 X% from exact)"; "none" without."""
+    if not approximations:
+        return "none"
+    parts = []
+    for name in sorted(approximations):
+        measured = MEASURED_GAPS.get(name)
+        parts.append(
+            name
+            if measured is None
+            else f"{name} (on bench/spec_family: p95 {gap_text(measured.p95)} from exact)"
+        )
+    return ", ".join(parts)
 
 
 def relative_gap(incumbent: float | None, bound: float) -> float | None:

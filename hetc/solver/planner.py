@@ -156,6 +156,8 @@ def plan_spec(
             seconds=time.perf_counter() - started,
             lower_bound=math.inf,
             gap=None,
+            lower_bound_all_plans=math.inf,
+            gap_all_plans=None,
             stop_reason=f"infeasible before any search: {proof.reason}",
         )
         return PlanningResult(

@@ -28,7 +28,7 @@ from hetc.costmodel.simulate import read_profiles_for_command
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
 from hetc.solver.binding import explain_used
-from hetc.solver.certificate import Snapshot, gap_text
+from hetc.solver.certificate import Snapshot, declared_text, gap_text
 from hetc.solver.deadline import Deadline
 from hetc.solver.diagnosis import Diagnosis, diagnose
 from hetc.solver.interrupt import interrupt_stops
@@ -87,20 +87,24 @@ class ProgressLine:
             self.echo("", err=True)
 
 
-def proven_text(search: SearchResult) -> str:
-    """The search's certificate in words: proven best, or the gap it has proven."""
-    if search.gap == 0:
+def proven_text(search: SearchResult, approximations: frozenset[str]) -> str:
+    """The search's certificates in words: proven best, or the gaps it has proven, within the
+    approximations it searched under and over all plans (`certificate`)."""
+    if search.gap_all_plans == 0:
         return "proven best (gap 0)"
-    return (
-        f"not proven best: gap at most {gap_text(search.gap)} (the planner estimate vs the"
-        " search's lower bound)"
-    )
+    every = f"gap at most {gap_text(search.gap_all_plans)} over all plans"
+    if not approximations:
+        return f"not proven best: {every} (the planner estimate vs the search's lower bound)"
+    within = "+".join(sorted(approximations))
+    if search.gap == 0:
+        return f"proven best within {within} (gap 0); {every}"
+    return f"not proven best: gap at most {gap_text(search.gap)} within {within}; {every}"
 
 
-def stopped_text(search: SearchResult) -> str:
+def stopped_text(search: SearchResult, approximations: frozenset[str]) -> str:
     """Why an unfinished search stopped, and what its answer is worth."""
     why = "interrupted (Ctrl-C)" if search.interrupted else search.stop_reason
-    return f"{why}: the best plan so far, {proven_text(search)}"
+    return f"{why}: the best plan so far, {proven_text(search, approximations)}"
 
 
 def _replica_groups(plan: Plan, stage: int) -> str:
@@ -437,15 +441,16 @@ def run_plan_command(
     if as_json:
         echo(json.dumps(_result_json(spec, result, explanations, checked), indent=2))
         return 0
-    used = ", ".join(sorted(result.approximations)) or "none"
+    used = declared_text(result.approximations)
+    proven = proven_text(search, result.approximations)
     header = (
         f"objective {spec.objective}; searched {plural(search.evaluations, 'candidate')} in"
-        f" {search.seconds:.2f} s; approximations: {used}; {proven_text(search)}\n"
+        f" {search.seconds:.2f} s; approximations: {used}; {proven}\n"
         f"plans ranked by {ranked_by(spec)} (the event simulator's, as printed; the planner"
         " estimate is what the search scored)"
     )
     if not search.complete:
-        echo(f"hetc: warning: {stopped_text(search)}", err=True)
+        echo(f"hetc: warning: {stopped_text(search, result.approximations)}", err=True)
     if result.cut is not None:
         echo(f"hetc: warning: {result.cut} (raise --time-limit for more)", err=True)
     blocks = [header]
@@ -501,6 +506,8 @@ def _result_json(
         "interrupted": search.interrupted,
         "lower_bound": search.lower_bound,
         "gap": search.gap,
+        "lower_bound_all_plans": search.lower_bound_all_plans,
+        "gap_all_plans": search.gap_all_plans,
         "evaluations": search.evaluations,
         "greedy_count_leaves": search.greedy_count_leaves,
         "search_seconds": search.seconds,

@@ -26,6 +26,7 @@ win, on the devices there are (`may_win`).
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -38,6 +39,13 @@ from hetc.solver.search.incumbent import (
     Incumbent,
     SearchOptions,
 )
+
+SHAPES_FLOOR_POPS = 4096
+"""Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
+
+FLOOR_SPAN = 8
+"""A range of D of (m, P) of at most this many D is listed shape by shape when
+`Bounds.shapes_floor` reaches it, a wider one split in two under their own bounds."""
 
 Option = tuple[int, ...]
 """A stage option of `kind-profiles`: replica kind indices sharing one device and TP."""
@@ -554,6 +562,45 @@ class Bounds(Incumbent):
         if self.budget is not None and cost > self.budget:
             return math.inf
         return t if self.objective == "max_throughput" else cost
+
+    def shapes_floor(self, pops: int = SHAPES_FLOOR_POPS) -> float:
+        """A lower bound on every candidate of the planning model, for the bound over all
+        plans when an approximation searched the shapes (`certificate`): the least shape
+        bound over every (m, P, D), D up to what the stage cover lets memory hold
+        (`cover.most_pipelines`, a relaxation of every layout, not the approximation's own
+        cap). Found best first: each (m, P) enters under `range_bound` over its D, a lower
+        bound on each of its shapes' bounds; the least entry popped is split in two halves
+        under their own range bounds, or listed shape by shape once at most `FLOOR_SPAN`
+        wide. The first single shape popped has the least shape bound of all, since every
+        entry left is below its shapes' bounds; after `pops` pops the least entry left is
+        returned, still below every shape's bound. Infinite with no shape of finite bound
+        (no candidate at all)."""
+        heap: list[tuple[float, int, int, int, int]] = []
+        for mbs in self.model.microbatch_sizes():
+            for stages in range(1, self.model.blocks + 1):
+                last = self.cover.most_pipelines(mbs, stages, self.dp_cap(mbs, stages))
+                bound = self.range_bound(mbs, stages, 1, last)
+                if bound < math.inf:
+                    heap.append((bound, mbs, stages, 1, last))
+        heapq.heapify(heap)
+        for _ in range(pops):
+            if not heap:
+                return math.inf
+            bound, mbs, stages, first, last = heapq.heappop(heap)
+            if last < 0:
+                return bound
+            if last - first + 1 > FLOOR_SPAN:
+                middle = (first + last) // 2
+                for low, high in ((first, middle), (middle + 1, last)):
+                    half = max(bound, self.range_bound(mbs, stages, low, high))
+                    if half < math.inf:
+                        heapq.heappush(heap, (half, mbs, stages, low, high))
+                continue
+            shapes = self.shape_bounds(mbs, stages, last, first)
+            for dp, shape in enumerate(shapes, start=first):
+                if shape < math.inf:
+                    heapq.heappush(heap, (max(bound, shape), mbs, stages, dp, -dp))
+        return heap[0][0] if heap else math.inf
 
     def window(self, option: Option, mbs: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on the option: of P stages one holds

@@ -58,6 +58,7 @@ from hetc.solver.certificate import relative_gap, some_pool_is_free
 from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
+from hetc.units import plural
 
 APPROXIMATIONS = {
     "dp-order": "H3/H4: D in one direction, stopping once the objective stops improving",
@@ -95,6 +96,8 @@ class Search(Stripes):
         stop = ""
         interrupted = False
         self._root = min((group[0] for group in self.shape_groups()), default=math.inf)
+        if self.approx:
+            self._root = max(self._root, self.shapes_floor())
         try:
             if "kind-profiles" in self.approx:
                 self.zone_stripes()
@@ -110,17 +113,22 @@ class Search(Stripes):
             stop = str(why)
             interrupted = why.interrupted
         if self.unfinished_shapes and not stop:
-            stop = f"the shape solver left {self.unfinished_shapes} shape(s) unfinished"
+            stop = f"the shape solver left {plural(self.unfinished_shapes, 'shape')} unfinished"
         candidates = self.alternatives()
-        bound = self.lower_bound() if stop or self.approx else self.incumbent()
-        bound = min(bound, self._unfinished_bound)
+        best = candidates[0].value if candidates else None
+        within = self.searched_bound() if stop or "dp-order" in self.approx else self.incumbent()
+        every = self.lower_bound() if stop or self.approx else self.incumbent()
+        within = min(within, self._unfinished_bound)
+        every = min(every, self._unfinished_bound)
         return SearchResult(
             candidates=candidates,
             evaluations=self.evaluations,
             complete=not stop,
             seconds=time.perf_counter() - self.started,
-            lower_bound=bound,
-            gap=relative_gap(candidates[0].value if candidates else None, bound),
+            lower_bound=within,
+            gap=relative_gap(best, within),
+            lower_bound_all_plans=every,
+            gap_all_plans=relative_gap(best, every),
             interrupted=interrupted,
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
@@ -299,7 +307,14 @@ def search(model: PlanningModel, options: SearchOptions | None = None) -> Search
         free = Search(model, replace(options, free_only=True)).run()
     if free.candidates:
         candidates = tuple(replace(c, objective="min_cost") for c in free.candidates)
-        return replace(free, candidates=candidates, lower_bound=0.0, gap=0.0)
+        return replace(
+            free,
+            candidates=candidates,
+            lower_bound=0.0,
+            gap=0.0,
+            lower_bound_all_plans=0.0,
+            gap_all_plans=0.0,
+        )
     if free.interrupted:
         return free
     rest = options.time_limit

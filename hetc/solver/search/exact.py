@@ -10,13 +10,17 @@
   (fill, straggler so far, the last stage's pending period, synchronisation, egress,
   devices per pool), need only the better one expanded (`_dominated`).
 - At a leaf, the replica counts come from `counts`.
+- While a shape is searched, what it has left is bounded by its open prefixes: at each level
+  of the recursion, the prefixes after the one being expanded, and the one being expanded at
+  the deepest level (`_shape_floor`), so the search's lower bound rises within a shape.
 - A kind that runs out of memory in a stage (H2) is never used there; TP stays within a
   node (H1). Both are facts of the model, not approximations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from itertools import combinations
@@ -39,6 +43,9 @@ class Exact(Counts):
         ] = {}
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
         self._stage_send = cache(model.send_between)
+        self._open: list[_PrefixFloor] = []
+        """Per level of the recursion in progress, its prefixes and which is being expanded
+        (`_shape_floor`)."""
         """The planning model's send between two stages' kind sets, cached: `stage` asks for
         the same few pairs for every prefix of every shape."""
 
@@ -127,13 +134,32 @@ class Exact(Counts):
         throughput = self.objective == "max_throughput"
         capacity = self.capacity
         previous = state.sets[-1] if index else ()
-        for end in ends:
+        if index == 0:
+            self._open = []
+        rows = [
+            self.kind_sets(mbs, dp, flight, first_layer, end + 2 if last else end + 1)
+            for end in ends
+        ]
+        floor = _PrefixFloor(
+            self,
+            state,
+            max(state.sync, sync_lb),
+            m1,
+            (prefix, work, ends, 2 if last else 1),
+            rows,
+            remaining,
+            rest_devices,
+        )
+        self._open.append(floor)
+        for at, end in enumerate(ends):
             end_layer = end + 2 if last else end + 1
             rest_fill = prefix[-1] - prefix[end_layer]
             rest_straggler = rest_fill / remaining if remaining else 0.0
             rest_work = (work[-1] - work[end_layer]) * dp
             key = (start, end, index == 0, last)
-            for t, combo in self.kind_sets(mbs, dp, flight, first_layer, end_layer):
+            floor.at = at
+            for j, (t, combo) in enumerate(rows[at]):
+                floor.j = j
                 send = self._stage_send(previous, combo, mbs) if index else 0.0
                 fill = state.fill + t + 2 * send
                 straggler = max(state.straggler, state.pending + send)
@@ -215,6 +241,22 @@ class Exact(Counts):
                     self.leaf(child)
                 else:
                     self.stage(child, index + 1, end)
+        self._open.pop()
+
+    def _shape_floor(self) -> float:
+        """No candidate the shape in progress has left scores below this: the least bound of
+        its open prefixes (each level's prefixes after the one being expanded, and the one
+        being expanded at the deepest level, whose subtree is not entered yet; a deeper
+        level covers its parent's), at least the shape's bound. A prefix's bound never falls
+        as it is completed (module docstring), so it bounds its whole subtree; prefixes
+        already expanded or pruned hold nothing below the incumbent."""
+        base = self._searching
+        if not self._open:
+            return base
+        least = self._open[-1].current()
+        for level in self._open:
+            least = min(least, level.after())
+        return max(base, least)
 
     def _dominated(self, key: tuple[object, ...], values: tuple[float, ...]) -> bool:
         """Whether a partial with the same future (stage, end, neighbouring sets, resources)
@@ -270,3 +312,74 @@ class _Partial:
     """Devices the mixed stages need beyond `forced`, on pools chosen at the leaf."""
     mixed: tuple[tuple[int, ...], ...] = ()
     """The mixed stages' kind sets, sorted: with `forced`, they fix which counts are possible."""
+
+
+class _PrefixFloor:
+    """The children of one prefix and which one `Exact.stage` is expanding (`at`-th end,
+    `j`-th kind set), with lower bounds on them for `Exact._shape_floor`, computed only when
+    asked. The child that ends its stage at the `at`-th end on a kind set of time t is
+    bounded by fill + t + rest_fill + (m - 1) max(straggler, pending, t, rest straggler,
+    rest work / G) + sync, the bound `Exact.stage` prunes with less the sends (which are
+    non-negative), with G the sigma-weighted devices left when the new stage takes its fewest
+    devices (D x the least TP) from the fastest pools, at least those any child leaves free
+    (`Bounds.effective_devices`). It grows with t, so the fastest set of each end bounds all
+    of that end's; for min_cost, times the least rental rate any child has (at least D x the
+    least TP devices for the new stage and the stages after) plus the egress so far."""
+
+    def __init__(
+        self,
+        search: Exact,
+        state: _Partial,
+        sync: float,
+        m1: int,
+        rest: tuple[list[float], list[float], Sequence[int], int],
+        rows: list[list[tuple[float, tuple[int, ...]]]],
+        remaining: int,
+        rest_devices: int,
+    ) -> None:
+        self.search = search
+        self.state = state
+        self.sync = sync
+        self.m1 = m1
+        self.rest = rest
+        """(layer_best prefix sums, device_work prefix sums, the stage's ends, what to add
+        to an end for the first layer after the stage), for the rest of the model."""
+        self.rows = rows
+        self.remaining = remaining
+        self.rest_devices = rest_devices
+        self.at = 0
+        self.j = 0
+
+    def bound(self, at: int, t: float) -> float:
+        """The bound (class docstring) of a child at the `at`-th end on a set of time t."""
+        state, search = self.state, self.search
+        prefix, work, ends, past = self.rest
+        layer = ends[at] + past
+        rest = prefix[-1] - prefix[layer]
+        straggler = max(state.straggler, state.pending, t)
+        if self.remaining:
+            least = search._min_tp * state.dp
+            free = search.effective_devices(state.mbs, state.forced, state.extra + least)
+            rest_work = (work[-1] - work[layer]) * state.dp
+            slow = rest_work / free if free > 0 else math.inf
+            straggler = max(straggler, rest / self.remaining, slow)
+        lb = state.fill + t + rest + self.m1 * straggler + self.sync
+        if search.objective == "max_throughput":
+            return lb
+        devices = sum(state.forced) + state.extra + state.dp * search._min_tp
+        return lb * (devices + self.rest_devices) * search._cheapest + state.egress
+
+    def current(self) -> float:
+        """The bound of the child being expanded."""
+        row = self.rows[self.at]
+        return self.bound(self.at, row[self.j][0]) if row else math.inf
+
+    def after(self) -> float:
+        """The least bound of the children after the one being expanded: the next set at its
+        end, and each later end's fastest."""
+        row = self.rows[self.at]
+        least = self.bound(self.at, row[self.j + 1][0]) if self.j + 1 < len(row) else math.inf
+        for at in range(self.at + 1, len(self.rows)):
+            if self.rows[at]:
+                least = min(least, self.bound(at, self.rows[at][0][0]))
+        return least

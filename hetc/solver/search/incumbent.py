@@ -112,11 +112,19 @@ class SearchResult:
     """False when a time or evaluation limit, or `SearchOptions.stop`, ended it early."""
     seconds: float
     lower_bound: float
-    """No candidate scores below this (`certificate` module docstring); the best's value when
-    complete without approximations, infinite when complete with no candidate."""
+    """No candidate of the space the search was asked to search (under its approximations)
+    scores below this (`certificate` module docstring); the best's value when complete,
+    infinite when complete with no candidate."""
     gap: float | None
-    """`certificate.relative_gap` of the best and `lower_bound`: 0 when proven best, None
-    when there is no candidate."""
+    """`certificate.relative_gap` of the best and `lower_bound`: how far the best may be from
+    the best plan the approximations allow; 0 when proven best there, None when there is no
+    candidate."""
+    lower_bound_all_plans: float
+    """No candidate of the whole planning model scores below this: `lower_bound` without
+    approximations, the least bound of the shapes not searched exactly with them."""
+    gap_all_plans: float | None
+    """`certificate.relative_gap` of the best and `lower_bound_all_plans`: how far the best may
+    be from the best plan of the planning model."""
     interrupted: bool = False
     """Ended by `SearchOptions.stop`."""
     stop_reason: str = ""
@@ -220,18 +228,33 @@ class Incumbent:
         return self.ranked[0].value if self.ranked else math.inf
 
     def lower_bound(self) -> float:
-        """No candidate of the space scores below this (`certificate` module docstring): the
-        least of the incumbent, the bound of the shape being searched and of every entry
-        still queued; before the queues exist, or under an approximation, the least bound of
-        every shape."""
+        """No candidate of the whole planning model scores below this (`certificate` module
+        docstring): `searched_bound` without approximations; under one, the least bound of
+        every shape, since the searched shapes were searched only within its space."""
+        if self.approx:
+            return min(self.incumbent(), self._root)
+        return self.searched_bound()
+
+    def searched_bound(self) -> float:
+        """No candidate of the space the search was asked to search scores below this: the
+        least of the incumbent, the bound of the shape being searched (`_shape_floor`) and
+        of every entry still queued, since a shape searched to the end within the
+        approximations holds nothing there better than the incumbent. Before the queues
+        exist, or under `dp-order` (a stopping rule, not a narrower space), the least bound
+        of every shape."""
         least = self.incumbent()
-        if self.approx or not self._queues:
+        if not self._queues or "dp-order" in self.approx:
             return min(least, self._root)
-        least = min(least, self._searching)
+        least = min(least, self._shape_floor())
         for queue in self._queues:
             for entry in queue:
                 least = min(least, entry[0])
         return least
+
+    def _shape_floor(self) -> float:
+        """A lower bound on what the shape being searched has left: its bound here; the
+        exact search refines it from its open prefixes (`exact.Exact._shape_floor`)."""
+        return self._searching
 
     def shapes_left(self) -> int:
         """The shapes still queued under the incumbent, a range of D counting each of its D
