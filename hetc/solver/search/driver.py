@@ -55,6 +55,7 @@ from dataclasses import replace
 
 from hetc.costmodel.planning import PlanningModel
 from hetc.solver.certificate import relative_gap, some_pool_is_free
+from hetc.solver.search.bounds import RANGE_SPAN
 from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
@@ -74,11 +75,6 @@ APPROXIMATIONS = {
 
 SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `Search._best_first`)."""
-
-
-RANGE_SPAN = 8
-"""A range of D of (m, P) of at most this many D is listed shape by shape when reached, a
-wider one split in two under their own bounds (`Search._pop_shape`)."""
 
 
 class Search(Stripes):
