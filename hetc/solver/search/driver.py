@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.solver.certificate import relative_gap, some_pool_is_free
+from hetc.solver.certificate import Snapshot, relative_gap, some_pool_is_free
 from hetc.solver.search.bounds import RANGE_SPAN
 from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
@@ -227,7 +227,8 @@ class Search(Stripes):
 
     def _warm_start(self) -> None:
         """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
-        real one, so the exact search only gets a tighter bound from the start."""
+        real one, so the exact search only gets a tighter bound from the start. Its progress
+        is reported as this search's (`_as_mine`)."""
         seed = Search(
             self.model,
             SearchOptions(
@@ -236,7 +237,7 @@ class Search(Stripes):
                 eval_limit=self.options.eval_limit,
                 time_limit=self.options.time_limit,
                 grace=self.options.grace,
-                progress=self.options.progress,
+                progress=None if self.options.progress is None else self._as_mine,
                 progress_every=self.options.progress_every,
                 must_use=self.options.must_use,
                 stop=self.options.stop,
@@ -252,6 +253,15 @@ class Search(Stripes):
             self.offer(candidate)
         if not result.complete:
             raise _Stop(result.stop_reason, interrupted=result.interrupted)
+
+    def _as_mine(self, now: Snapshot) -> None:
+        """Report a snapshot of the warm start as this search's: its bound over all plans
+        holds here, and bounds this search's narrower space too, while its bound within
+        `kind-profiles` does not."""
+        progress = self.options.progress
+        if progress is not None:
+            within = now.lower_bound if self.approx else None
+            progress(replace(now, approximations=self.approx, searched_bound=within))
 
     def _dp_ordered(self, shapes: list[tuple[float, int, int, int]]) -> None:
         """H3/H4: per (m, P), D descending (throughput) or ascending (cost) until no gain."""
