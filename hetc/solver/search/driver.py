@@ -53,10 +53,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from hetc.costmodel.planning import PlanningModel
+from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.solver.certificate import Snapshot, relative_gap, some_pool_is_free
 from hetc.solver.search.bounds import RANGE_SPAN
-from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
+from hetc.solver.search.incumbent import Candidate, SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
 from hetc.units import plural
@@ -71,6 +71,11 @@ APPROXIMATIONS = {
         " region holds one device in three zones or more"
     ),
 }
+
+
+GREEDY_STAGES = 8
+"""Most stage counts `Search.greedy_seed` tries before leaving the first candidate to the
+search proper."""
 
 
 SHALLOW_SHAPES = 24
@@ -91,6 +96,10 @@ class Search(Stripes):
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
+        try:
+            self.greedy_seed()
+        except _Stop as why:
+            return self._result(str(why), why.interrupted)
         self._root = min((group[0] for group in self.shape_groups()), default=math.inf)
         if self.approx:
             self._root = max(self._root, self.shapes_floor())
@@ -108,6 +117,10 @@ class Search(Stripes):
         except _Stop as why:
             stop = str(why)
             interrupted = why.interrupted
+        return self._result(stop, interrupted)
+
+    def _result(self, stop: str, interrupted: bool) -> SearchResult:
+        """The search's answer, once it ended (`stop`: why it ended early, or "")."""
         if self.unfinished_shapes and not stop:
             stop = f"the shape solver left {plural(self.unfinished_shapes, 'shape')} unfinished"
         candidates = self.alternatives()
@@ -129,6 +142,48 @@ class Search(Stripes):
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
         )
+
+    def greedy_seed(self) -> None:
+        """A first candidate in a fraction of a second, before any bound is computed, so that
+        a time-limited search on a huge spec has a plan early: the fewest stages P at which
+        some kind alone, on every stage of an even split of the blocks, at some microbatch
+        size, holds the model with D = its pool's devices over P x TP (or fewer, halving,
+        where that breaks a constraint). Each such candidate is a real one, offered like any
+        other, so it only tightens the bound; nothing is pruned by its being found first.
+        At most `GREEDY_STAGES` stage counts are tried."""
+        self.check_limits()
+        model = self.model
+        blocks = model.blocks
+        for stages in range(1, min(blocks, GREEDY_STAGES) + 1):
+            cut = [blocks * i // stages for i in range(stages + 1)]
+            if len(set(cut)) <= stages:
+                continue
+            for mbs in model.microbatch_sizes():
+                for kind in model.kinds:
+                    dp = min(
+                        self.capacity[kind.pool] // (stages * kind.tp),
+                        self.dp_cap(mbs, stages),
+                    )
+                    while dp >= 1:
+                        if self._greedy_offer(mbs, tuple(cut), kind.index, dp):
+                            break
+                        dp //= 2
+                self.check_limits()
+            if self.ranked:
+                return
+
+    def _greedy_offer(self, mbs: int, cut: tuple[int, ...], kind: int, dp: int) -> bool:
+        """Score one candidate of `greedy_seed`: whether it is feasible (and offered). Not
+        counted in `evaluations`, the leaves of the search proper that `eval_limit` caps."""
+        shape = Shape(microbatch=mbs, boundaries=cut, pipelines=dp)
+        counts = tuple(((kind, dp),) for _ in range(len(cut) - 1))
+        estimate = self.model.estimate(shape, counts)
+        if not estimate.feasible or any(not estimate.nodes[p] for p in self.options.must_use):
+            return False
+        self.offer(
+            Candidate(shape=shape, assignment=counts, estimate=estimate, objective=self.objective)
+        )
+        return True
 
     def _best_first(self) -> None:
         """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
