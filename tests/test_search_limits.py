@@ -4,9 +4,11 @@ changing the answer, a stage with more kind sets than memory allows is given up 
 30 s (a stage of 2^28 kind sets listed without a clock check), a 2 s limit now ends the
 search with a candidate and a stop reason.
 
-Mutation checks done: removing the `check_limits` call from `Exact.kind_sets` makes
-`test_family_specs_stop_near_their_time_limit` run past its guard on spec 20; removing the
-clear of the `_sets` cache makes `test_kind_set_cache_stays_under_its_cap` fail.
+Checks that these tests can fail: with `kind_sets` as it was (no clock check, no
+`ROW_CAP`), spec 20 ran past 30 s under a 2 s limit, past the guard of
+`test_family_specs_stop_near_their_time_limit`; removing the clear of the `_sets` cache
+fails `test_kind_set_cache_stays_under_its_cap`, and removing the memo's fails
+`test_a_capped_dominance_memo_keeps_the_search_exact`.
 """
 
 from __future__ import annotations
