@@ -138,10 +138,33 @@ def test_progress_line_appears_only_after_a_second() -> None:
     assert printed and "no plan yet" in printed[0][0] and printed[0][1]["err"] is True
     line(at(2.0, 4.0))
     text = printed[-1][0]
-    assert text.startswith("\r") and "best 4.00 s," in text and "gap 25.0%" in text
+    assert text.startswith("\r") and "best 4.00 s," in text
+    assert "gap 25.0% over all plans," in text and "within" not in text
     assert "bound 3.00 s," in text and "7 shapes left" in text and printed[-1][1]["nl"] is False
     line.close()
     assert printed[-1][0] == ""
+
+
+def test_progress_line_shows_both_gaps_under_an_approximation() -> None:
+    """Under an approximation the line states the gap within it and the gap over all plans,
+    as the final answer does (hand-computed: (4 - 3.5) / 4 and (4 - 3) / 4)."""
+    from hetc.solver.certificate import Snapshot
+    from hetc.solver.report import ProgressLine
+
+    printed: list[str] = []
+    line = ProgressLine(lambda text="", **kw: printed.append(text), "max_throughput")
+    line(
+        Snapshot(
+            evaluations=10,
+            seconds=2.0,
+            incumbent=4.0,
+            lower_bound=3.0,
+            shapes_left=1,
+            approximations=frozenset({"kind-profiles"}),
+            searched_bound=3.5,
+        )
+    )
+    assert "gap 12.5% within kind-profiles; gap 25.0% over all plans," in printed[-1]
 
 
 def test_cp_sat_cross_check_reports_no_gap_on_a_small_spec(tmp_path: Path) -> None:
@@ -223,3 +246,32 @@ SEARCH_SHAPE = SearchResult(
     lower_bound_all_plans=0.0,
     gap_all_plans=None,
 )
+
+
+def test_search_snapshots_carry_the_bound_within_the_approximation() -> None:
+    """A search under `kind-profiles` reports its approximations and a bound within them
+    that its incumbent never beats; an exact search reports none (one gap)."""
+    from oracles.instances import random_instance
+
+    from hetc.costmodel.planning import PlanningModel
+    from hetc.schema import check_text
+    from hetc.solver.certificate import Snapshot
+    from hetc.solver.search import SearchOptions, search
+
+    checked = check_text(random_instance(3), "progress.yaml")
+    assert checked.spec is not None
+    model = PlanningModel(checked.spec)
+    for approximations in (frozenset({"kind-profiles"}), frozenset()):
+        seen: list[Snapshot] = []
+        search(
+            model,
+            SearchOptions(approximations=approximations, progress=seen.append, progress_every=0.0),
+        )
+        assert seen
+        for now in seen:
+            assert now.approximations == approximations
+            if approximations:
+                assert now.searched_bound is not None
+                assert now.incumbent is None or now.searched_bound <= now.incumbent
+            else:
+                assert now.searched_bound is None and now.gap_within == now.gap

@@ -68,7 +68,8 @@ def test_cli_and_bench_worker_agree_on_the_batch_spec(tmp_path: Path) -> None:
 
 def test_a_search_stopped_early_agrees_given_the_same_limit(tmp_path: Path) -> None:
     """With the same evaluation limit (a deterministic early stop) both return the same
-    plan, and it is not the complete search's: a stopped search is where they can differ."""
+    plan: a stopped search is where they can differ. (Here the greedy seed already finds
+    the complete search's plan, so the stop shows in `complete`, not in the plan.)"""
     text = _bench().batch_spec(10**6)
     path = tmp_path / "batch.yaml"
     path.write_text(text)
@@ -78,4 +79,3 @@ def test_a_search_stopped_early_agrees_given_the_same_limit(tmp_path: Path) -> N
     assert not stopped.search.complete
     expected = json.loads(plan_to_json(stopped.proposals[0].plan))
     assert _cli_plan(path, "--eval-limit", "3") == expected
-    assert expected != _cli_plan(path, "--time-limit", "300")

@@ -182,6 +182,7 @@ def test_numbers_are_fixed_point_with_units(tmp_path: Path) -> None:
     assert compiled.exit_code == 0, compiled.output
     assert "µUSD" in plan and "µUSD" in simulate
     for text in (plan, simulate, compiled.stderr):
+        text = re.sub(r"\.[0-9a-f]{16}\b", ".HASH", text)  # a plan hash may read "2e5"
         assert not EXPONENT.search(text), EXPONENT.search(text)
 
 

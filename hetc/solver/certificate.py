@@ -72,10 +72,23 @@ class Snapshot:
     shapes_left: int
     """Shapes not yet searched whose bound could still beat the incumbent (ranges of D count
     each of their D)."""
+    approximations: frozenset[str] = frozenset()
+    """What the search runs under (none: the exact search)."""
+    searched_bound: float | None = None
+    """No candidate of the space searched under `approximations` scores below this; None
+    where it is `lower_bound` (no approximation)."""
 
     @property
     def gap(self) -> float | None:
+        """The gap over all plans."""
         return relative_gap(self.incumbent, self.lower_bound)
+
+    @property
+    def gap_within(self) -> float | None:
+        """The gap within the approximations (`gap` without any)."""
+        if self.searched_bound is None:
+            return self.gap
+        return relative_gap(self.incumbent, self.searched_bound)
 
 
 MEASURED_GAPS: dict[str, MeasuredGap] = {

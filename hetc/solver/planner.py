@@ -54,9 +54,9 @@ are simulated and ranked by the simulator's objective."""
 
 LARGE_CLUSTER_DEVICES = 64
 """Above this many rentable devices the `kind-profiles` approximation is on by default: on
-the bench scenarios the exact search does not finish in a minute there, while
-bench/approximations.py measures its gap on the random small instances of the exactness
-tests (optimal on 77 of 80 feasible ones, worst gap 17.7%, mean 0.25%)."""
+the bench scenarios the exact search does not finish in a minute there. What the
+approximation costs in plan quality is measured by bench/approximations.py --family and
+kept in one place, `certificate.MEASURED_GAPS`, which the answers quote."""
 
 
 INTERACTIVE_TIME_LIMIT = 8.0

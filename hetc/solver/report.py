@@ -60,7 +60,9 @@ Echo = Callable[..., None]
 
 class ProgressLine:
     """A one-line progress display on stderr, rewritten in place, shown only once a search
-    has run for 1 s: the best objective so far, the lower bound, their gap, the shapes left."""
+    has run for 1 s: the best objective so far, the lower bound, the gaps (within the
+    approximations and over all plans, as `proven_text` states them at the end), the shapes
+    left."""
 
     def __init__(self, echo: Echo, objective: str, *, after: float = 1.0) -> None:
         self.echo, self.after, self.shown = echo, after, False
@@ -72,7 +74,7 @@ class ProgressLine:
         if now.incumbent is None:
             standing = "no plan yet"
         else:
-            standing = f"best {self.format(now.incumbent)}, gap {gap_text(now.gap)}"
+            standing = f"best {self.format(now.incumbent)}, {_gaps(now)}"
         self.echo(
             f"\rhetc: searching {now.seconds:.1f} s: {standing}, bound"
             f" {self.format(now.lower_bound)}, {plural(now.shapes_left, 'shape')} left,"
@@ -85,6 +87,15 @@ class ProgressLine:
     def close(self) -> None:
         if self.shown:
             self.echo("", err=True)
+
+
+def _gaps(now: Snapshot) -> str:
+    """The progress line's gaps, worded as `proven_text` words the final ones."""
+    every = f"gap {gap_text(now.gap)} over all plans"
+    if not now.approximations:
+        return every
+    within = "+".join(sorted(now.approximations))
+    return f"gap {gap_text(now.gap_within)} within {within}; {every}"
 
 
 def proven_text(search: SearchResult, approximations: frozenset[str]) -> str:

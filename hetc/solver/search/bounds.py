@@ -43,9 +43,11 @@ from hetc.solver.search.incumbent import (
 SHAPES_FLOOR_POPS = 4096
 """Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
 
-FLOOR_SPAN = 8
-"""A range of D of (m, P) of at most this many D is listed shape by shape when
-`Bounds.shapes_floor` reaches it, a wider one split in two under their own bounds."""
+RANGE_SPAN = 8
+"""A range of D of (m, P) of at most this many D is listed shape by shape when reached, a
+wider one split in two under their own range bounds: by the driver's best-first order
+(`Search._pop_shape`) and by `Bounds.shapes_floor`, the same trade of one `range_bound` per
+half against one `shape_bounds` per D; it changes the work, never the result."""
 
 Option = tuple[int, ...]
 """A stage option of `kind-profiles`: replica kind indices sharing one device and TP."""
@@ -570,7 +572,7 @@ class Bounds(Incumbent):
         (`cover.most_pipelines`, a relaxation of every layout, not the approximation's own
         cap). Found best first: each (m, P) enters under `range_bound` over its D, a lower
         bound on each of its shapes' bounds; the least entry popped is split in two halves
-        under their own range bounds, or listed shape by shape once at most `FLOOR_SPAN`
+        under their own range bounds, or listed shape by shape once at most `RANGE_SPAN`
         wide. The first single shape popped has the least shape bound of all, since every
         entry left is below its shapes' bounds; after `pops` pops the least entry left is
         returned, still below every shape's bound. Infinite with no shape of finite bound
@@ -589,7 +591,7 @@ class Bounds(Incumbent):
             bound, mbs, stages, first, last = heapq.heappop(heap)
             if last < 0:
                 return bound
-            if last - first + 1 > FLOOR_SPAN:
+            if last - first + 1 > RANGE_SPAN:
                 middle = (first + last) // 2
                 for low, high in ((first, middle), (middle + 1, last)):
                     half = max(bound, self.range_bound(mbs, stages, low, high))

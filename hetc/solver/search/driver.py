@@ -53,9 +53,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from hetc.costmodel.planning import PlanningModel
-from hetc.solver.certificate import relative_gap, some_pool_is_free
-from hetc.solver.search.incumbent import SearchOptions, SearchResult, _Stop
+from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.solver.certificate import Snapshot, relative_gap, some_pool_is_free
+from hetc.solver.search.bounds import RANGE_SPAN
+from hetc.solver.search.incumbent import Candidate, SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
 from hetc.units import plural
@@ -72,13 +73,13 @@ APPROXIMATIONS = {
 }
 
 
+GREEDY_STAGES = 8
+"""Most stage counts `Search.greedy_seed` tries before leaving the first candidate to the
+search proper."""
+
+
 SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `Search._best_first`)."""
-
-
-RANGE_SPAN = 8
-"""A range of D of (m, P) of at most this many D is listed shape by shape when reached, a
-wider one split in two under their own bounds (`Search._pop_shape`)."""
 
 
 class Search(Stripes):
@@ -95,6 +96,10 @@ class Search(Stripes):
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
+        try:
+            self.greedy_seed()
+        except _Stop as why:
+            return self._result(str(why), why.interrupted)
         self._root = min((group[0] for group in self.shape_groups()), default=math.inf)
         if self.approx:
             self._root = max(self._root, self.shapes_floor())
@@ -112,6 +117,10 @@ class Search(Stripes):
         except _Stop as why:
             stop = str(why)
             interrupted = why.interrupted
+        return self._result(stop, interrupted)
+
+    def _result(self, stop: str, interrupted: bool) -> SearchResult:
+        """The search's answer, once it ended (`stop`: why it ended early, or "")."""
         if self.unfinished_shapes and not stop:
             stop = f"the shape solver left {plural(self.unfinished_shapes, 'shape')} unfinished"
         candidates = self.alternatives()
@@ -133,6 +142,48 @@ class Search(Stripes):
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
         )
+
+    def greedy_seed(self) -> None:
+        """A first candidate in a fraction of a second, before any bound is computed, so that
+        a time-limited search on a huge spec has a plan early: the fewest stages P at which
+        some kind alone, on every stage of an even split of the blocks, at some microbatch
+        size, holds the model with D = its pool's devices over P x TP (or fewer, halving,
+        where that breaks a constraint). Each such candidate is a real one, offered like any
+        other, so it only tightens the bound; nothing is pruned by its being found first.
+        At most `GREEDY_STAGES` stage counts are tried."""
+        self.check_limits()
+        model = self.model
+        blocks = model.blocks
+        for stages in range(1, min(blocks, GREEDY_STAGES) + 1):
+            cut = [blocks * i // stages for i in range(stages + 1)]
+            if len(set(cut)) <= stages:
+                continue
+            for mbs in model.microbatch_sizes():
+                for kind in model.kinds:
+                    dp = min(
+                        self.capacity[kind.pool] // (stages * kind.tp),
+                        self.dp_cap(mbs, stages),
+                    )
+                    while dp >= 1:
+                        if self._greedy_offer(mbs, tuple(cut), kind.index, dp):
+                            break
+                        dp //= 2
+                self.check_limits()
+            if self.ranked:
+                return
+
+    def _greedy_offer(self, mbs: int, cut: tuple[int, ...], kind: int, dp: int) -> bool:
+        """Score one candidate of `greedy_seed`: whether it is feasible (and offered). Not
+        counted in `evaluations`, the leaves of the search proper that `eval_limit` caps."""
+        shape = Shape(microbatch=mbs, boundaries=cut, pipelines=dp)
+        counts = tuple(((kind, dp),) for _ in range(len(cut) - 1))
+        estimate = self.model.estimate(shape, counts)
+        if not estimate.feasible or any(not estimate.nodes[p] for p in self.options.must_use):
+            return False
+        self.offer(
+            Candidate(shape=shape, assignment=counts, estimate=estimate, objective=self.objective)
+        )
+        return True
 
     def _best_first(self) -> None:
         """Shapes in order of their bound, (bound, m, P, D) ascending, stopping at the first
@@ -231,7 +282,8 @@ class Search(Stripes):
 
     def _warm_start(self) -> None:
         """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
-        real one, so the exact search only gets a tighter bound from the start."""
+        real one, so the exact search only gets a tighter bound from the start. Its progress
+        is reported as this search's (`_as_mine`)."""
         seed = Search(
             self.model,
             SearchOptions(
@@ -240,7 +292,7 @@ class Search(Stripes):
                 eval_limit=self.options.eval_limit,
                 time_limit=self.options.time_limit,
                 grace=self.options.grace,
-                progress=self.options.progress,
+                progress=None if self.options.progress is None else self._as_mine,
                 progress_every=self.options.progress_every,
                 must_use=self.options.must_use,
                 stop=self.options.stop,
@@ -256,6 +308,15 @@ class Search(Stripes):
             self.offer(candidate)
         if not result.complete:
             raise _Stop(result.stop_reason, interrupted=result.interrupted)
+
+    def _as_mine(self, now: Snapshot) -> None:
+        """Report a snapshot of the warm start as this search's: its bound over all plans
+        holds here, and bounds this search's narrower space too, while its bound within
+        `kind-profiles` does not."""
+        progress = self.options.progress
+        if progress is not None:
+            within = now.lower_bound if self.approx else None
+            progress(replace(now, approximations=self.approx, searched_bound=within))
 
     def _dp_ordered(self, shapes: list[tuple[float, int, int, int]]) -> None:
         """H3/H4: per (m, P), D descending (throughput) or ascending (cost) until no gain."""

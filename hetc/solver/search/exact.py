@@ -22,12 +22,33 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from itertools import combinations
 
 from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.solver.search.counts import Counts
 from hetc.solver.search.incumbent import Candidate, SearchOptions
+
+CHECK_EVERY = 4096
+"""Kind sets `kind_sets` lists between two checks of the limits: with many kinds that mix,
+a stage has up to 2^kinds sets, more than a time limit allows."""
+
+ROW_CAP = 400_000
+"""Most kind sets one stage of one shape may have (about 80 MiB): a shape with more is
+given up (`search_stages`), and the search reports it unfinished, since listing the sets
+alone would take more memory and time than any limit allows."""
+
+SETS_CAP = 1_000_000
+"""Most kind sets `kind_sets` keeps cached (about 200 MiB): past it the cache starts over,
+so memory stays bounded however many stages and shapes the search lists."""
+
+MEMO_CAP = 200_000
+"""Most prefixes the dominance memo of one shape holds (about 150 MiB): past it the memo
+starts over. Forgetting a prefix only lets a later one it dominates be expanded, never
+drops a candidate, so the search stays exact, at the cost of some repeated work."""
+
+SEND_CACHE = 1 << 16
+"""Most pairs of kind sets whose send `Exact.stage` keeps cached (least recently used go)."""
 
 
 class Exact(Counts):
@@ -37,17 +58,23 @@ class Exact(Counts):
         super().__init__(model, options)
         self._memo: dict[tuple[object, ...], list[tuple[float, ...]]] = {}
         """The prefixes expanded so far in the shape being searched, for `_dominated`
-        (emptied per shape by `shape`)."""
+        (emptied per shape by `search_stages`, and whenever it holds `MEMO_CAP`)."""
+        self._memo_size = 0
+        """The prefixes `_memo` holds."""
         self._combo_info: dict[
             tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]
         ] = {}
+        """`combo_info`'s answers for the shape being searched (emptied per shape: its key
+        holds the shape's D)."""
         self._sets: dict[tuple[int, int, int, int, int], list[tuple[float, tuple[int, ...]]]] = {}
-        self._stage_send = cache(model.send_between)
+        self._sets_size = 0
+        """The kind sets `_sets` holds (emptied whenever they would pass `SETS_CAP`)."""
+        self._stage_send = lru_cache(maxsize=SEND_CACHE)(model.send_between)
+        """The planning model's send between two stages' kind sets, cached: `stage` asks for
+        the same few pairs for every prefix of every shape."""
         self._open: list[_PrefixFloor] = []
         """Per level of the recursion in progress, its prefixes and which is being expanded
         (`_shape_floor`)."""
-        """The planning model's send between two stages' kind sets, cached: `stage` asks for
-        the same few pairs for every prefix of every shape."""
 
     def kind_sets(
         self, mbs: int, dp: int, flight: int, first: int, end: int
@@ -70,15 +97,23 @@ class Exact(Counts):
                 by_tp.setdefault(model.kinds[k].tp, []).append(k)
             groups = list(by_tp.values())
         sets: list[tuple[float, tuple[int, ...]]] = []
+        times = {k: model.stage_time(k, mbs, first, end)[0] for k in fitting}
         for group in groups:
             for size in range(1, min(limit, len(group)) + 1):
                 for combo in combinations(group, size):
                     if "one-region-stage" in self.approx and not self._one_region(combo):
                         continue
-                    t = max(model.stage_time(k, mbs, first, end)[0] for k in combo)
-                    sets.append((t, combo))
+                    sets.append((max(times[k] for k in combo), combo))
+                    if len(sets) % CHECK_EVERY == 0:
+                        self.check_limits()
+                        if len(sets) > ROW_CAP:
+                            raise _TooManySets
         sets.sort()
+        if self._sets_size + len(sets) > SETS_CAP:
+            self._sets.clear()
+            self._sets_size = 0
         self._sets[key] = sets
+        self._sets_size += len(sets)
         return sets
 
     def _one_region(self, combo: Iterable[int]) -> bool:
@@ -106,15 +141,23 @@ class Exact(Counts):
             self._combo_info[key] = info
         return info
 
-    def search_stages(self, mbs: int, stages: int, dp: int) -> None:
+    def search_stages(self, mbs: int, stages: int, dp: int) -> bool:
         """Search the shape (m, P, D) = (`mbs`, `stages`, `dp`) to the end: every split and
         kind set of its stages, from an empty prefix (`stage`), with the dominance memo of
-        this shape alone (a prefix of another shape has another future)."""
+        this shape alone (a prefix of another shape has another future). False where the
+        shape was given up: a stage had more than `ROW_CAP` kind sets."""
         self._memo = {}
+        self._memo_size = 0
+        self._combo_info = {}
         state = _Partial(
             stages=stages, mbs=mbs, dp=dp, boundaries=(0,), forced=(0,) * len(self.model.pools)
         )
-        self.stage(state, 0, 0)
+        try:
+            self.stage(state, 0, 0)
+        except _TooManySets:
+            self._open = []
+            return False
+        return True
 
     def stage(self, state: _Partial, index: int, start: int) -> None:
         """Choose stage `index` (its end block and kind set) after `state`, then recurse."""
@@ -265,8 +308,13 @@ class Exact(Counts):
         for other in held:
             if all(o <= v for o, v in zip(other, values, strict=True)):
                 return True
+        before = len(held)
         held[:] = [o for o in held if not all(v <= x for v, x in zip(values, o, strict=True))]
         held.append(values)
+        self._memo_size += len(held) - before
+        if self._memo_size > MEMO_CAP:
+            self._memo = {}
+            self._memo_size = 0
         return False
 
     def leaf(self, state: _Partial) -> None:
@@ -285,6 +333,10 @@ class Exact(Counts):
         self.record(
             Candidate(shape=shape, assignment=counts, estimate=estimate, objective=self.objective)
         )
+
+
+class _TooManySets(Exception):
+    """A stage has more than `ROW_CAP` kind sets: the shape is given up."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

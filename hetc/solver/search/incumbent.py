@@ -291,5 +291,9 @@ class Incumbent:
                     incumbent=0.0 if self.free and incumbent is not None else incumbent,
                     lower_bound=0.0 if self.free else self.lower_bound(),
                     shapes_left=self.shapes_left(),
+                    approximations=self.approx,
+                    searched_bound=(
+                        (0.0 if self.free else self.searched_bound()) if self.approx else None
+                    ),
                 )
             )

@@ -16,6 +16,11 @@ NO_ROOM = 1 << 30
 has, so a profile with such a stage never holds the model."""
 
 
+PAIRS_PER_CHECK = 1024
+"""Pairs of options `Reach.profile_last` weighs between two checks of the limits: with
+hundreds of options there are tens of thousands, a second's work."""
+
+
 _RoomEntry = tuple[
     int, Option, Option, tuple[int, int, int, int, int], tuple[int, int, int, int, int]
 ]
@@ -69,9 +74,11 @@ class Reach(Splits):
         flights = -(-(self.model.batch // mbs) // last)
         rank = self._option_ranks(mbs)
         best = 0
-        for room_bound, one, other, sizes, swapped in self._pairs_by_room():
+        for at, (room_bound, one, other, sizes, swapped) in enumerate(self._pairs_by_room()):
             if room_bound // stages <= best:
                 break
+            if at % PAIRS_PER_CHECK == 0:
+                self.check_limits()
             if one == other:
                 fit = sizes[2] // (stages * sizes[0])
                 if fit > best and self._holds_stages(one[0], mbs, stages, flights):

@@ -47,14 +47,15 @@ class ShapeSolver(Protocol):
 
 class ExactSolver:
     """The exact branch and bound over the shape's stages (`Exact.search_stages`), skipped
-    where the shape's bound already loses (`Bounds.may_win`): both exact, so it always
-    searches the shape to the end."""
+    where the shape's bound already loses (`Bounds.may_win`): both exact, so it searches the
+    shape to the end, unless a stage has more kind sets than memory allows
+    (`exact.ROW_CAP`)."""
 
     name: ClassVar[str] = "exact"
 
     def solve(self, search: Stripes, mbs: int, stages: int, dp: int) -> bool:
         if search.may_win(mbs, stages, dp):
-            search.search_stages(mbs, stages, dp)
+            return search.search_stages(mbs, stages, dp)
         return True
 
 
