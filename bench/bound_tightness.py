@@ -7,10 +7,11 @@ Y_lb with m1 = ceil(T / D) - 1 (`Bounds.time_terms`), to the shape's fastest can
 exact optimum of the shape), and the same per term: F_lb, m1 S_lb and Y_lb against the
 fastest candidate's fill, m1 x straggler and sync ("vs best": where the bound's time goes
 missing), and against the least of that term over the shape's candidates ("vs least": how
-loose the term is as a bound of its own; for the total the two are one). A ratio of 1 is a tight bound; a term whose
-candidates all have 0 (a single stage's sends, one pipeline's sync) is left out. Prints the
-p50, p10, p5 and min of each ratio, then the decomposition at the shape of the Zorse-style
-cluster's incumbent (tests/test_anytime_cases.py, searched for `--eval-limit` candidates).
+loose the term is as a bound of its own; for the total the two are one). A ratio of 1 is a
+tight bound; a term whose candidates all have 0 (a single stage's sends) is left out.
+Prints the p50, p10, p5 and min of each ratio, then the decomposition at the shape of the
+Zorse-style cluster's incumbent (tests/test_anytime_cases.py, searched for `--eval-limit`
+candidates).
 
 Usage: python bench/bound_tightness.py [--seeds N] [--eval-limit N]
 """

@@ -229,9 +229,12 @@ class Bounds(Incumbent):
         as D grows: 2 (D - 1) link latencies, and the zones and regions hold fewer stages
         of D replicas; on flat-curve links a ring of D ranks takes 2 (D - 1) (latency +
         bytes / (D x rate)), which grows with D, so there the whole-model ring counts too,
-        but not on a measured message-size curve, where smaller messages may go faster."""
+        but not on a measured message-size curve, where smaller messages may go faster.
+        The optimizer step (`step_floor`) counts only without ZeRO: with it, it falls as
+        1 / D."""
+        zero = self.model.spec.training.zero_stage >= 1
         if dp < 2:
-            return 0.0
+            return self.sync_bound(stages, dp, steps=not zero)
         if self._flat_links is None:
             model = self.model
             self._flat_links = all(
@@ -243,7 +246,6 @@ class Bounds(Incumbent):
                 is FLAT
                 for a, b, _, _ in self.distinct_rings()
             )
-        zero = self.model.spec.training.zero_stage >= 1
         return self.sync_bound(stages, dp, whole_ring=self._flat_links, steps=not zero)
 
     def sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
