@@ -86,7 +86,6 @@ class Bounds(Incumbent):
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._flat_links: bool | None = None
         self._update: float | None = None
-        self._pool_speeds: dict[tuple[int, int], tuple[int, list[tuple[float, int]]]] = {}
         self.cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
@@ -359,13 +358,8 @@ class Bounds(Incumbent):
             for slope, at_zero in lines:
                 if slope * dp + at_zero > straggler:
                     straggler = slope * dp + at_zero
-            fill_d, counted = self.counted_terms(mbs, stages, dp, max_tp)
-            if counted > straggler:
-                straggler = counted
-            if fill > fill_d:
-                fill_d = fill
             slots = -(-total // dp)
-            t = fill_d + (slots - 1) * straggler
+            t = fill + (slots - 1) * straggler
             # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
             # wait at least the least send in each of the other slots, and on the others'
             # sends in the fill: sum_i (F - t_i) = (P - 1) F + 2 sum_i s_i
@@ -375,14 +369,14 @@ class Bounds(Incumbent):
             early = (
                 t
                 if throughput
-                else max(t * dp * unit, paid + self.idle_cost(stages, dp, fill_d, waits))
+                else max(t * dp * unit, paid + self.idle_cost(stages, dp, fill, waits))
             )
             if early > incumbent:
                 bounds.append(early)
                 continue
             sync = self.sync_bound(stages, dp)
             t += sync
-            idle = self.idle_cost(stages, dp, fill_d, sync + waits) if floor else 0.0
+            idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
             cost = max(t * dp * unit, paid + idle)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
@@ -398,87 +392,7 @@ class Bounds(Incumbent):
         max_tp = self.affordable_tp(stages, dp)
         fill, static, lines, _ = self.period_terms(mbs, stages, max_tp)
         straggler = max(static, *(slope * dp + at_zero for slope, at_zero in lines))
-        counted_fill, counted = self.counted_terms(mbs, stages, dp, max_tp)
-        return max(fill, counted_fill), max(straggler, counted), self.sync_bound(stages, dp)
-
-    def counted_terms(self, mbs: int, stages: int, dp: int, max_tp: int) -> tuple[float, float]:
-        """(F >= E + C / rho_top + 2 (P - 1) s, S >= C / R + s) with the quotas counted: C
-        the blocks' compute (each block's fastest time on a kind of TP at most the
-        affordable one, `layer_best`), E the embedding's and output's, s the least send with
-        P > 1, rho_top the speed of the fastest pools that hold one stage, R the most the P
-        stages' speeds can sum to.
-
-        Why: a stage runs at its slowest replica's pace, so with rho_q = max over blocks of
-        best(block) / (pool q's fastest time on it at any TP) (`pool_speeds`) and rho_i the
-        least rho_q over the pools stage i uses, t_i >= best(B_i) / rho_i + best(E_i) for
-        its blocks B_i and end layers E_i. A stage with rho_i >= r puts all its D replicas,
-        at least D x (least TP) devices, on pools of rho_q >= r, so at most (their devices,
-        at most max_gpus) // (D x least TP) stages do: every rho_i <= rho_top, so F = sum_i
-        t_i + sends >= C / rho_top + E + 2 (P - 1) s; and S - s >= t_i gives C <= (S - s)
-        sum_i rho_i, with sum_i rho_i at most R, the greedy sum filling the fastest pools
-        first. Where the pools cannot hold P such stages, no candidate of the shape
-        exists: infinite. Only blocks set rho: the end layers (an embedding lookup) may run
-        as fast on a slow device."""
-        _, speeds = self.pool_speeds(mbs, max_tp)
-        need = dp * self._min_tp
-        held = 0
-        speed = top = 0.0
-        for rho, devices in speeds:
-            fit = min(devices, self.total_devices) // need
-            if fit > stages:
-                fit = stages
-            if fit > held:
-                if not held:
-                    top = rho
-                speed += (fit - held) * rho
-                held = fit
-            if held == stages:
-                break
-        if held < stages or speed <= 0.0:
-            return math.inf, math.inf
-        send = self.least_send(mbs) if stages > 1 else 0.0
-        prefix = self.layer_best(mbs, max_tp)
-        blocks = prefix[-2] - prefix[1]
-        ends = prefix[-1] - blocks
-        return ends + blocks / top + 2 * (stages - 1) * send, blocks / speed + send
-
-    def pool_speeds(self, mbs: int, max_tp: int) -> tuple[int, list[tuple[float, int]]]:
-        """(the TP cap, [(rho, devices of the pools with rho_q >= rho)] by falling rho) for
-        `counted_terms`: rho_q = max over blocks of the least time of the block on a kind of
-        TP at most the cap (`layer_best`) over pool q's least time on it at any TP, so that
-        q runs any blocks B in at least best(B) / rho_q. Cached per cap."""
-        tp = self.tp_cap(max_tp)
-        key = (mbs, tp)
-        speeds = self._pool_speeds.get(key)
-        if speeds is None:
-            model = self.model
-            prefix = self.layer_best(mbs, max_tp)
-            best = list(map(sub, prefix[2:-1], prefix[1:-2]))
-            rhos: dict[float, int] = {}
-            for slot, devices in zip(model.pools, self.capacity, strict=True):
-                rows = [
-                    model.layer_compute(k.device, k.tp, mbs)[1:-1]
-                    for k in model.kinds
-                    if k.pool == slot.index
-                ]
-                if not rows or not devices:
-                    continue
-                own = [min(column) for column in zip(*rows, strict=True)]
-                rho = max(
-                    (
-                        b / o if o > 0 else math.inf if b > 0 else 0.0
-                        for b, o in zip(best, own, strict=True)
-                    ),
-                    default=1.0,
-                )
-                rhos[rho] = rhos.get(rho, 0) + devices
-            levels = []
-            devices = 0
-            for rho in sorted(rhos, reverse=True):
-                devices += rhos[rho]
-                levels.append((rho, devices))
-            speeds = self._pool_speeds[key] = (tp, levels)
-        return speeds
+        return fill, straggler, self.sync_bound(stages, dp)
 
     def idle_cost(self, stages: int, dp: int, fill: float, sync: float) -> float:
         """USD the rented devices cost while computing nothing, which `work_cost` leaves out:
