@@ -7,7 +7,8 @@ time of ceil(L / P) consecutive blocks (one stage holds that many), D x W / G_ef
 the least device-seconds of the model and G_eff the devices weighted by how fast each pool
 can be relative to the best (`device_work`: device-time conservation); Y_lb the cheapest
 ring over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links
-that cross zones or regions where D replicas cannot stay inside one (`sync_bound`). With
+that cross zones or regions where D replicas cannot stay inside one, plus the least
+optimizer step of the largest stage (`sync_bound`, `step_floor`). With
 P > 1 every boundary sends at least the least send s between any two pools, both ways in
 the fill, and each stage's period adds its sends to its compute: F_lb gains 2 (P - 1) s,
 each floor of S_lb gains s, and from P = 3 the device-time one 2 s less what the two end
