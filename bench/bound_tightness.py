@@ -19,7 +19,6 @@ Usage: python bench/bound_tightness.py [--seeds N] [--eval-limit N]
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from oracles.brute_force import candidates  # noqa: E402
 from oracles.instances import random_instance  # noqa: E402
+from planner_family import percentile  # noqa: E402
 from test_anytime_cases import ZORSE  # noqa: E402
 
 from hetc.costmodel.planning import Estimate, PlanningModel  # noqa: E402
@@ -48,12 +48,6 @@ def spec_of(text: str) -> Spec:
     if result.spec is None:
         raise ValueError("\n".join(d.format() for d in result.diagnostics))
     return result.spec
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile by nearest rank (q in [0, 1])."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def parts(estimate: Estimate, m1: int) -> tuple[float, float, float, float]:
@@ -131,7 +125,7 @@ def main() -> None:
             values = ratios.get((term, against))
             if not values:
                 continue
-            quantiles = " ".join(f"{percentile(values, q):6.3f}" for q in (0.5, 0.1, 0.05))
+            quantiles = " ".join(f"{percentile(values, q):6.3f}" for q in (50, 10, 5))
             print(f"{term:<6} {against:<9} {len(values):5d} {quantiles} {min(values):6.3f}")
     zorse(args.eval_limit)
 
