@@ -7,7 +7,8 @@ time of ceil(L / P) consecutive blocks (one stage holds that many), D x W / G_ef
 the least device-seconds of the model and G_eff the devices weighted by how fast each pool
 can be relative to the best (`device_work`: device-time conservation); Y_lb the cheapest
 ring over D ranks of 1/P of the gradients, at least 2 (D - 1) link latencies, over links
-that cross zones or regions where D replicas cannot stay inside one (`sync_bound`). With
+that cross zones or regions where D replicas cannot stay inside one, plus the least
+optimizer step of the largest stage (`sync_bound`, `step_floor`). With
 P > 1 every boundary sends at least the least send s between any two pools, both ways in
 the fill, and each stage's period adds its sends to its compute: F_lb gains 2 (P - 1) s,
 each floor of S_lb gains s, and from P = 3 the device-time one 2 s less what the two end
@@ -87,6 +88,7 @@ class Bounds(Incumbent):
         self._class_windows: dict[tuple[str, int, int], list[float]] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._flat_links: bool | None = None
+        self._update: float | None = None
         self.cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
@@ -176,17 +178,21 @@ class Bounds(Incumbent):
         """The largest TP one stage can use when every other stage takes the fewest devices."""
         return (self.total_devices - (stages - 1) * dp * self._min_tp) // dp
 
-    def sync_bound(self, stages: int, dp: int, whole_ring: bool = True) -> float:
+    def sync_bound(
+        self, stages: int, dp: int, whole_ring: bool = True, steps: bool = True
+    ) -> float:
         """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P (the ring
         time is affine in bytes with a non-negative intercept, and the largest stage holds at
         least 1/P of the gradients), and >= 2 (D - 1) link latencies, which a ring pays
         whatever its bytes. Where the rings must cross zones (or regions), only links that
         cross count: a stage of D replicas needs at least D x (least TP) devices, so when no
         zone has that many every stage's ring crosses zones, and when the zones cannot hold
-        P such stages whole at least one does (`sync_terms`). Without `whole_ring`, the
-        latency terms alone (`range_sync`)."""
+        P such stages whole at least one does (`sync_terms`). Plus the optimizer steps
+        (`step_floor`). Without `whole_ring`, the latency terms alone, and without `steps`
+        no step (`range_sync`)."""
+        step = self.step_floor(stages, dp) if steps else 0.0
         if dp < 2:
-            return 0.0
+            return step
         terms = self._sync_rings.get(dp)
         if terms is None:
             terms = self._sync_rings[dp] = self.sync_terms(dp)
@@ -199,16 +205,39 @@ class Bounds(Incumbent):
             else 0.0
         )
         # two arguments at a time, which a compiled build inlines (setup.py)
-        return max(max(whole / stages if whole_ring else 0.0, latency), some)
+        return max(max(whole / stages if whole_ring else 0.0, latency) + step, some)
+
+    def step_floor(self, stages: int, dp: int) -> float:
+        """max_i u_i >= this, the optimizer step a stage's sync ends with: stage i steps
+        at least its layers' least update time over the kinds (a mixed stage waits for its
+        slowest), so the P stages' steps sum to at least U, each layer's least update over
+        every kind and microbatch size summed, and the largest is at least U / P; under
+        ZeRO 1 to 3 each replica steps 1/D of it (`PlanningModel.update_time`). It adds to
+        the ring terms of `sync_bound`: every stage pays 2 (D - 1) latencies, and the mean
+        of the rings' whole-model term plus the mean step bounds the largest y_i + u_i."""
+        if self._update is None:
+            model = self.model
+            rows = {
+                tuple(map(sub, t.update[1:], t.update[:-1]))
+                for mbs in model.microbatch_sizes()
+                for k in model.kinds
+                for t in (model.tables(k.device, k.tp, mbs),)
+            }
+            self._update = sum((min(column) for column in zip(*rows, strict=True)), 0.0)
+        shards = dp if self.model.spec.training.zero_stage >= 1 else 1
+        return self._update / (stages * shards)
 
     def range_sync(self, stages: int, dp: int) -> float:
         """A lower bound on `sync_bound(stages, D)` at every D >= `dp`. Its terms never fall
         as D grows: 2 (D - 1) link latencies, and the zones and regions hold fewer stages
         of D replicas; on flat-curve links a ring of D ranks takes 2 (D - 1) (latency +
         bytes / (D x rate)), which grows with D, so there the whole-model ring counts too,
-        but not on a measured message-size curve, where smaller messages may go faster."""
+        but not on a measured message-size curve, where smaller messages may go faster.
+        The optimizer step (`step_floor`) counts only without ZeRO: with it, it falls as
+        1 / D."""
+        zero = self.model.spec.training.zero_stage >= 1
         if dp < 2:
-            return 0.0
+            return self.sync_bound(stages, dp, steps=not zero)
         if self._flat_links is None:
             model = self.model
             self._flat_links = all(
@@ -220,7 +249,7 @@ class Bounds(Incumbent):
                 is FLAT
                 for a, b, _, _ in self.distinct_rings()
             )
-        return self.sync_bound(stages, dp, whole_ring=self._flat_links)
+        return self.sync_bound(stages, dp, whole_ring=self._flat_links, steps=not zero)
 
     def sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
@@ -357,6 +386,16 @@ class Bounds(Incumbent):
             else:
                 bounds.append(t if throughput else cost)
         return bounds
+
+    def time_terms(self, mbs: int, stages: int, dp: int) -> tuple[float, float, float]:
+        """(F_lb, S_lb, Y_lb) of shape (m, P, D): the terms whose F_lb + (ceil(T / D) - 1)
+        S_lb + Y_lb is `shape_bounds`' iteration time, each a lower bound on the same term
+        of every candidate of the shape (bench/bound_tightness.py compares them one by
+        one)."""
+        max_tp = self.affordable_tp(stages, dp)
+        fill, static, lines, _ = self.period_terms(mbs, stages, max_tp)
+        straggler = max(static, *(slope * dp + at_zero for slope, at_zero in lines))
+        return fill, straggler, self.sync_bound(stages, dp)
 
     def idle_cost(self, stages: int, dp: int, fill: float, sync: float) -> float:
         """USD the rented devices cost while computing nothing, which `work_cost` leaves out:
