@@ -39,6 +39,7 @@ from hetc.solver.search.incumbent import (
     Incumbent,
     SearchOptions,
 )
+from hetc.solver.search.mix_cost import MixCost
 
 SHAPES_FLOOR_POPS = 4096
 """Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
@@ -85,6 +86,7 @@ class Bounds(Incumbent):
         self._class_windows: dict[tuple[str, int, int], list[float]] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._flat_links: bool | None = None
+        self.mixes = MixCost(model, self.capacity, self._min_tp)
         self.cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
@@ -349,7 +351,7 @@ class Bounds(Incumbent):
             sync = self.sync_bound(stages, dp)
             t += sync
             idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
-            cost = max(t * dp * unit, paid + idle)
+            cost = max(t * dp * unit, paid + idle, self.mix_cost(mbs, stages, dp, sync))
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
             else:
@@ -363,6 +365,14 @@ class Bounds(Incumbent):
         least D x (least TP) devices per stage, that is D x (least TP) x ((P - 1) F + P Y)
         device-seconds, with F and Y at their lower bounds, at the cheapest price."""
         return self._cheapest * dp * self._min_tp * ((stages - 1) * fill + stages * sync)
+
+    def mix_cost(self, mbs: int, stages: int, dp: int, sync: float) -> float:
+        """Cost >= `MixCost.cost` of (m, P, D) (the least over the sets of device types of
+        the time on them alone x their rental rate in whole nodes), with the least send and
+        this shape's affordable TP."""
+        send = self.least_send(mbs) if stages > 1 else 0.0
+        tp = self.tp_cap(self.affordable_tp(stages, dp)) or self._tp_degrees[-1]
+        return self.mixes.cost(mbs, stages, dp, sync, send, tp)
 
     def least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
