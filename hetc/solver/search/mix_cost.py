@@ -57,11 +57,11 @@ class MixCost:
         type is the dear one, this prices the fast fill at the fast type and the cheap rate
         at the slow one, which time x (the cheapest price) cannot. Infinite where no X
         holds the devices; 0 beyond `MIX_TYPES` types (too many sets to list)."""
-        rates = self.rates()
+        rates = self._rates_of()
         if not rates:
             return 0.0
-        times = self.times(mbs, tp)
-        rings = self.rings(dp)
+        times = self._times_of(mbs, tp)
+        rings = self._rings_of(dp)
         slots = -(-(self.model.batch // mbs) // dp)
         need = dp * stages * self.min_tp
         least = math.inf
@@ -89,7 +89,7 @@ class MixCost:
                 least = value
         return least
 
-    def types(self) -> list[tuple[str, float, list[tuple[float, int]]]]:
+    def _types_of(self) -> list[tuple[str, float, list[tuple[float, int]]]]:
         """The device types of the pools that hold devices: (name, cheapest node price,
         (price per device, devices) of each of its pools); empty beyond `MIX_TYPES`."""
         if self._types is None:
@@ -106,12 +106,12 @@ class MixCost:
             )
         return self._types
 
-    def rates(self) -> list[tuple[float, list[tuple[float, int]]]]:
-        """For each non-empty set X of `types` (bit i of the set's index + 1 for type
+    def _rates_of(self) -> list[tuple[float, list[tuple[float, int]]]]:
+        """For each non-empty set X of `_types_of` (bit i of the set's index + 1 for type
         i): (the sum of its cheapest node prices, its pools' (price, devices), cheapest
         first)."""
         if self._rates is None:
-            types = self.types()
+            types = self._types_of()
             self._rates = []
             for mask in range(1, 1 << len(types)):
                 chosen = [types[i] for i in range(len(types)) if mask >> i & 1]
@@ -119,8 +119,8 @@ class MixCost:
                 self._rates.append((sum(c[1] for c in chosen), prices))
         return self._rates
 
-    def times(self, mbs: int, tp: int) -> list[tuple[float, float, float]]:
-        """For each set X of `rates`: (F_X, X's slowest layer), each layer on the
+    def _times_of(self, mbs: int, tp: int) -> list[tuple[float, float, float]]:
+        """For each set X of `_rates_of`: (F_X, X's slowest layer), each layer on the
         fastest kind of X of TP at most `tp`, infinite where X has no such kind; and
         the sum over layers of the least optimizer step on such a kind."""
         times = self._times.get((mbs, tp))
@@ -128,7 +128,7 @@ class MixCost:
             model = self.model
             n = model.blocks + 2
             rows, steps = [], []
-            for name, _, _ in self.types():
+            for name, _, _ in self._types_of():
                 tables = [
                     model.tables(k.device, k.tp, mbs).update
                     for k in model.kinds
@@ -153,13 +153,13 @@ class MixCost:
             self._times[mbs, tp] = times
         return times
 
-    def rings(self, dp: int) -> list[float]:
-        """For each set X of `rates`: the least whole-model ring over `dp` ranks
+    def _rings_of(self, dp: int) -> list[float]:
+        """For each set X of `_rates_of`: the least whole-model ring over `dp` ranks
         between two kinds of X (one kind with itself included), 0 below two ranks."""
         rings = self._rings.get(dp)
         if rings is None:
             model = self.model
-            names = {name: i for i, (name, _, _) in enumerate(self.types())}
+            names = {name: i for i, (name, _, _) in enumerate(self._types_of())}
             pair: dict[tuple[int, int], float] = {}
             if dp > 1:
                 whole = (0, model.blocks, True, True)
