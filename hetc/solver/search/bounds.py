@@ -81,6 +81,7 @@ class Bounds(Incumbent):
         ] = {}
         self._least_sends: dict[int, float] = {}
         self._work_costs: dict[int, float] = {}
+        self._price_order: list[tuple[float, int, int]] | None = None
         self._time_prefixes: dict[tuple[int, int], list[float]] = {}
         self._windows: dict[tuple[int, int], list[float]] = {}
         self._class_windows: dict[tuple[str, int, int], list[float]] = {}
@@ -369,10 +370,11 @@ class Bounds(Incumbent):
     def mix_cost(self, mbs: int, stages: int, dp: int, sync: float) -> float:
         """Cost >= `MixCost.cost` of (m, P, D) (the least over the sets of device types of
         the time on them alone x their rental rate in whole nodes), with the least send and
-        this shape's affordable TP."""
+        this shape's affordable TP; only the sets that can meet the throughput floor."""
         send = self.least_send(mbs) if stages > 1 else 0.0
         tp = self.tp_cap(self.affordable_tp(stages, dp)) or self._tp_degrees[-1]
-        return self.mixes.cost(mbs, stages, dp, sync, send, tp)
+        cap = math.inf if self.time_cap is None else self.time_cap
+        return self.mixes.cost(mbs, stages, dp, sync, send, tp, cap)
 
     def least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
@@ -468,6 +470,38 @@ class Bounds(Incumbent):
             per_layer = [min(col) for col in zip(*rows, strict=True)]
             cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer, 0.0)
         return cost
+
+    def rate_floor(self, forced: Sequence[int], others: int) -> float:
+        """USD per second a candidate pays at least when `forced[p]` of its devices are on
+        pool p and `others` more on pools not yet known: the forced devices' whole nodes
+        (`PlanningModel.estimate` rents whole nodes), and each other device either in the
+        slack of those nodes (free) or at least its pool's price, cheapest pools first
+        within what each still holds (whole nodes relaxed to devices there). Never below
+        the devices at the cheapest price."""
+        order = self._price_order
+        if order is None:
+            pools = self.model.pools
+            order = self._price_order = sorted(
+                (slot.pool.price, slot.pool.gpus_per_node, i) for i, slot in enumerate(pools)
+            )
+        rate = 0.0
+        slack = 0
+        rooms = []
+        for price, gpn, i in order:
+            used = forced[i]
+            rented = -(-used // gpn) * gpn
+            rate += rented * price
+            slack += rented - used
+            rooms.append((price, self.capacity[i] - rented))
+        left = others - slack
+        for price, room in rooms:
+            if left <= 0:
+                break
+            take = room if room < left else left
+            if take > 0:
+                rate += take * price
+                left -= take
+        return rate
 
     def objective_bound(self, t: float, rate: float) -> float:
         """The objective of a candidate whose iteration time is at least `t` and rental rate at

@@ -33,7 +33,9 @@ class MixCost:
         self._times: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
         self._rings: dict[int, list[float]] = {}
 
-    def cost(self, mbs: int, stages: int, dp: int, sync: float, send: float, tp: int) -> float:
+    def cost(
+        self, mbs: int, stages: int, dp: int, sync: float, send: float, tp: int, cap: float
+    ) -> float:
         """Cost >= the least, over the sets X of device types a candidate of (m, P, D) may
         rent, of (its time on X alone) x (X's least rental rate in whole nodes).
 
@@ -53,7 +55,9 @@ class MixCost:
         at its pool's price, the cheapest pools of X first within what each holds.
 
         Both factors are lower bounds of non-negative numbers, so their product bounds the
-        cost on X, and the least over every X bounds every candidate. Where the fastest
+        cost on X, and the least over every X bounds every candidate. A set whose time
+        bound exceeds `cap` (the throughput floor's, infinite without one) holds no
+        feasible candidate and is left out. Where the fastest
         type is the dear one, this prices the fast fill at the fast type and the cheap rate
         at the slow one, which time x (the cheapest price) cannot. Infinite where no X
         holds the devices; 0 beyond `MIX_TYPES` types (too many sets to list)."""
@@ -84,6 +88,8 @@ class MixCost:
             straggler = max(fill / stages, worst + send)
             steps = ring / stages + (update / dp if zero else update)
             t = fill + (slots - 1) * straggler + max(sync, ring / stages, steps / stages)
+            if t > cap:
+                continue
             value = t * max(rate, nodes)
             if value < least:
                 least = value
