@@ -1,5 +1,6 @@
-"""The cost floor per set of device types (`MixCost.cost`, `Bounds.mix_cost`) holds for
-every candidate and closes the min-cost gap where the fast kind is the dear one.
+"""The cost floor per set of device types (`MixCost.cost`, `Bounds.mix_cost`) and the rate
+floor of the exact search's prefixes (`Bounds.rate_floor`) hold for every candidate, and
+close the min-cost gap where the fast kind is the dear one.
 
 The floor prunes whole shapes before any candidate is scored, so a floor too high loses the
 optimum silently. Oracles: every candidate of small random specs (tests/oracles/brute_force.py,
@@ -7,12 +8,14 @@ objective min_cost), whose planning-model cost must be at least the floor at its
 the planning model's own estimate of the least-cost plan of a two-type spec, which the floor
 must reach. Mutation checks (each made by hand, seen failing, restored): the time on a set of
 types taken on its slowest type instead of its fastest fails the brute-force test; the
-optimizer step left out, or the node rounding of the rate, fails the by-hand test.
+optimizer step left out, or the node rounding of the rate, fails the by-hand test; the
+rate floor with no slack in the rented nodes fails both its brute-force and by-hand tests.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 
 import pytest
@@ -130,3 +133,48 @@ def test_more_types_than_listed_give_no_floor() -> None:
     assert many.mix_cost(8, 1, 1, 0.0) == 0.0
     listed = Search(PlanningModel(spec(devices[:MIX_TYPES])), SearchOptions())
     assert listed.mix_cost(8, 1, 1, 0.0) > 0.0
+
+
+def _pool_devices(
+    model: PlanningModel, assignment: tuple[tuple[tuple[int, int], ...], ...]
+) -> list[int]:
+    used = [0] * len(model.pools)
+    for stage in assignment:
+        for kind, count in stage:
+            used[model.kinds[kind].pool] += count * model.kinds[kind].tp
+    return used
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(40))
+def test_every_candidate_rents_at_least_the_rate_floor(seed: int) -> None:
+    """Over random small min-cost specs, every feasible candidate's rental rate is at least
+    `rate_floor` of its devices with all of them on known pools, none, and a seeded share
+    of each pool's moved to the unknown ones (the exact search's prefixes)."""
+    rng = random.Random(seed)
+    model = PlanningModel(_min_cost(seed))
+    searcher = Search(model, SearchOptions())
+    for _, assignment, estimate in candidates(model):
+        if not estimate.feasible:
+            continue
+        used = _pool_devices(model, assignment)
+        moved = [rng.randint(0, u) for u in used]
+        for forced, others in (
+            (used, 0),
+            ([0] * len(used), sum(used)),
+            ([u - m for u, m in zip(used, moved, strict=True)], sum(moved)),
+        ):
+            floor = searcher.rate_floor(forced, others)
+            assert floor <= estimate.rate * (1 + 1e-12), (seed, used, forced, others)
+
+
+def test_the_rate_floor_by_hand() -> None:
+    """On DEAR_FAST (A100 nodes of 2 at 3.67 USD/h, T4 nodes of 4 at 0.35 USD/h): one A100
+    device rents its node; three more devices fill its slack first, then the T4s; seven
+    unknown devices take the four T4s and three A100s."""
+    searcher = Search(PlanningModel(_spec(DEAR_FAST)), SearchOptions())
+    a100, t4 = 3.67 / 3600, 0.35 / 3600
+    assert searcher.rate_floor([1, 0], 0) == pytest.approx(2 * a100, rel=1e-12)
+    assert searcher.rate_floor([1, 0], 3) == pytest.approx(2 * a100 + 2 * t4, rel=1e-12)
+    assert searcher.rate_floor([0, 0], 7) == pytest.approx(4 * t4 + 3 * a100, rel=1e-12)
+    assert searcher.rate_floor([0, 1], 3) == pytest.approx(4 * t4, rel=1e-12)
