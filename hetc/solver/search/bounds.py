@@ -15,7 +15,9 @@ stages' devices can absorb (`period_terms`). Each (m, P) enters the order under 
 all its D (`range_bound`). Cost >= that time x (D x P x least TP devices at the cheapest
 price), and >= each layer's least TP x time x price over the kinds, for ceil(B / (m D)) x D
 microbatches (`work_cost`), plus the device-seconds every device must idle, waiting on the
-other stages, their sends and the sync, at the cheapest price (`idle_cost`).
+other stages, their sends and the sync, at the cheapest price (`idle_cost`); and >= the
+least over the sets of device types of the time on them alone x their rate in whole nodes
+(`mix_cost`, module `mix_cost`).
 
 Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further: no
 (m, P) has more pipelines than its stages' memory lets the devices hold (`reach.last_dp`);
