@@ -354,7 +354,8 @@ class Bounds(Incumbent):
             sync = self.sync_bound(stages, dp)
             t += sync
             idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
-            cost = max(t * dp * unit, paid + idle, self.mix_cost(mbs, stages, dp, sync))
+            mix = self.mix_cost(mbs, stages, dp, sync) if floor else 0.0
+            cost = max(t * dp * unit, paid + idle, mix)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
             else:
