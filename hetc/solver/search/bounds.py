@@ -317,7 +317,8 @@ class Bounds(Incumbent):
         total = model.batch // mbs
         throughput = self.objective == "max_throughput"
         unit = stages * self._min_tp * self._cheapest
-        floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
+        costly = not throughput or self.budget is not None
+        floor = self.work_cost(mbs) if costly else 0.0
         bounds = []
         incumbent = self.bound()
         devices, reserved = self.total_devices, (stages - 1) * self._min_tp
@@ -354,7 +355,7 @@ class Bounds(Incumbent):
             sync = self.sync_bound(stages, dp)
             t += sync
             idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
-            mix = self.mix_cost(mbs, stages, dp, sync) if floor else 0.0
+            mix = self.mix_cost(mbs, stages, dp, sync) if costly else 0.0
             cost = max(t * dp * unit, paid + idle, mix)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
