@@ -24,6 +24,7 @@ from setuptools import setup
 COMPILED = [
     "hetc/solver/search/incumbent.py",
     "hetc/solver/search/bounds.py",
+    "hetc/solver/search/mix_cost.py",
     "hetc/solver/search/counts.py",
     "hetc/solver/search/exact.py",
     "hetc/solver/search/options.py",

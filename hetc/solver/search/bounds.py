@@ -16,7 +16,9 @@ stages' devices can absorb (`period_terms`). Each (m, P) enters the order under 
 all its D (`range_bound`). Cost >= that time x (D x P x least TP devices at the cheapest
 price), and >= each layer's least TP x time x price over the kinds, for ceil(B / (m D)) x D
 microbatches (`work_cost`), plus the device-seconds every device must idle, waiting on the
-other stages, their sends and the sync, at the cheapest price (`idle_cost`).
+other stages, their sends and the sync, at the cheapest price (`idle_cost`); and >= the
+least over the sets of device types of the time on them alone x their rate in whole nodes
+(`mix_cost`, module `mix_cost`).
 
 Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further: no
 (m, P) has more pipelines than its stages' memory lets the devices hold (`reach.last_dp`);
@@ -40,6 +42,7 @@ from hetc.solver.search.incumbent import (
     Incumbent,
     SearchOptions,
 )
+from hetc.solver.search.mix_cost import MixCost
 
 SHAPES_FLOOR_POPS = 4096
 """Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
@@ -83,12 +86,14 @@ class Bounds(Incumbent):
         ] = {}
         self._least_sends: dict[int, float] = {}
         self._work_costs: dict[int, float] = {}
+        self._price_order: list[tuple[float, int, int]] | None = None
         self._time_prefixes: dict[tuple[int, int], list[float]] = {}
         self._windows: dict[tuple[int, int], list[float]] = {}
         self._class_windows: dict[tuple[str, int, int], list[float]] = {}
         self._least_windows: dict[tuple[int, int, int], float] = {}
         self._flat_links: bool | None = None
         self._update: float | None = None
+        self.mixes = MixCost(model, self.capacity, self._min_tp)
         self.cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
@@ -343,7 +348,8 @@ class Bounds(Incumbent):
         total = model.batch // mbs
         throughput = self.objective == "max_throughput"
         unit = stages * self._min_tp * self._cheapest
-        floor = self.work_cost(mbs) if not throughput or self.budget is not None else 0.0
+        costly = not throughput or self.budget is not None
+        floor = self.work_cost(mbs) if costly else 0.0
         bounds = []
         incumbent = self.bound()
         devices, reserved = self.total_devices, (stages - 1) * self._min_tp
@@ -380,7 +386,8 @@ class Bounds(Incumbent):
             sync = self.sync_bound(stages, dp)
             t += sync
             idle = self.idle_cost(stages, dp, fill, sync + waits) if floor else 0.0
-            cost = max(t * dp * unit, paid + idle)
+            mix = self.mix_cost(mbs, stages, dp, sync) if costly else 0.0
+            cost = max(t * dp * unit, paid + idle, mix)
             if self.violates(t, cost / t if t > 0 else 0.0):
                 bounds.append(math.inf)
             else:
@@ -404,6 +411,15 @@ class Bounds(Incumbent):
         least D x (least TP) devices per stage, that is D x (least TP) x ((P - 1) F + P Y)
         device-seconds, with F and Y at their lower bounds, at the cheapest price."""
         return self._cheapest * dp * self._min_tp * ((stages - 1) * fill + stages * sync)
+
+    def mix_cost(self, mbs: int, stages: int, dp: int, sync: float) -> float:
+        """Cost >= `MixCost.cost` of (m, P, D) (the least over the sets of device types of
+        the time on them alone x their rental rate in whole nodes), with the least send and
+        this shape's affordable TP; only the sets that can meet the throughput floor."""
+        send = self.least_send(mbs) if stages > 1 else 0.0
+        tp = self.tp_cap(self.affordable_tp(stages, dp)) or self._tp_degrees[-1]
+        cap = math.inf if self.time_cap is None else self.time_cap
+        return self.mixes.cost(mbs, stages, dp, sync, send, tp, cap)
 
     def least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
         """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
@@ -499,6 +515,38 @@ class Bounds(Incumbent):
             per_layer = [min(col) for col in zip(*rows, strict=True)]
             cost = self._work_costs[mbs] = (model.batch // mbs) * sum(per_layer, 0.0)
         return cost
+
+    def rate_floor(self, forced: Sequence[int], others: int) -> float:
+        """USD per second a candidate pays at least when `forced[p]` of its devices are on
+        pool p and `others` more on pools not yet known: the forced devices' whole nodes
+        (`PlanningModel.estimate` rents whole nodes), and each other device either in the
+        slack of those nodes (free) or at least its pool's price, cheapest pools first
+        within what each still holds (whole nodes relaxed to devices there). Never below
+        the devices at the cheapest price."""
+        order = self._price_order
+        if order is None:
+            pools = self.model.pools
+            order = self._price_order = sorted(
+                (slot.pool.price, slot.pool.gpus_per_node, i) for i, slot in enumerate(pools)
+            )
+        rate = 0.0
+        slack = 0
+        rooms = []
+        for price, gpn, i in order:
+            used = forced[i]
+            rented = -(-used // gpn) * gpn
+            rate += rented * price
+            slack += rented - used
+            rooms.append((price, self.capacity[i] - rented))
+        left = others - slack
+        for price, room in rooms:
+            if left <= 0:
+                break
+            take = room if room < left else left
+            if take > 0:
+                rate += take * price
+                left -= take
+        return rate
 
     def objective_bound(self, t: float, rate: float) -> float:
         """The objective of a candidate whose iteration time is at least `t` and rental rate at

@@ -256,6 +256,10 @@ class Exact(Counts):
                         continue
                 elif lb_t * rate + egress > bound:
                     continue
+                if not throughput or self.budget is not None:
+                    rate = max(rate, self.rate_floor(forced, extra + rest_devices))
+                    if not throughput and lb_t * rate + egress > bound:
+                        continue
                 if self.violates(lb_t, rate, egress):
                     continue
                 first_sync = stage_sync if index == 0 else state.first_sync
@@ -375,8 +379,9 @@ class _PrefixFloor:
     non-negative), with G the sigma-weighted devices left when the new stage takes its fewest
     devices (D x the least TP) from the fastest pools, at least those any child leaves free
     (`Bounds.effective_devices`). It grows with t, so the fastest set of each end bounds all
-    of that end's; for min_cost, times the least rental rate any child has (at least D x the
-    least TP devices for the new stage and the stages after) plus the egress so far."""
+    of that end's; for min_cost, times the least rental rate any child has (`rate_floor` of
+    the devices so far and at least D x the least TP devices for the new stage and the
+    stages after) plus the egress so far."""
 
     def __init__(
         self,
@@ -418,8 +423,9 @@ class _PrefixFloor:
         lb = state.fill + t + rest + self.m1 * straggler + self.sync
         if search.objective == "max_throughput":
             return lb
-        devices = sum(state.forced) + state.extra + state.dp * search._min_tp
-        return lb * (devices + self.rest_devices) * search._cheapest + state.egress
+        others = state.extra + state.dp * search._min_tp + self.rest_devices
+        rate = (sum(state.forced) + others) * search._cheapest
+        return lb * max(rate, search.rate_floor(state.forced, others)) + state.egress
 
     def current(self) -> float:
         """The bound of the child being expanded."""
