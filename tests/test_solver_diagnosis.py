@@ -29,6 +29,7 @@ from hetc.solver.diagnosis import (
     round_down,
     round_up,
     unit_step,
+    unknown,
 )
 from hetc.solver.feasibility import least_devices
 from hetc.solver.planner import plan_spec
@@ -203,6 +204,42 @@ def test_a_feasible_spec_has_nothing_to_diagnose() -> None:
     """diagnose refuses a spec that has a plan."""
     with pytest.raises(ValueError, match="feasible"):
         diagnose(opt(""))
+
+
+def test_searches_stopped_without_proof_say_undetermined_not_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When every search stops at its limit with no plan and no proof (the oracle's status
+    is "unknown" everywhere), the diagnosis says it does not know; the old one named memory,
+    a guess the searches never proved."""
+    monkeypatch.setattr(Oracle, "status", lambda self, spec: (None, False))
+    spec = opt("max_gpus: 1, min_throughput: 100")
+    diagnosis = diagnose(spec)
+    assert diagnosis.binding == "undetermined" and not diagnosis.proven
+    assert diagnosis.plan is None and "--exact" in diagnosis.change
+    assert "memory" not in diagnosis.message
+    assert unknown(Oracle(), spec)
+
+
+def test_a_family_whose_search_stopped_is_said_to_be_unknown_not_left_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The floor binds; whether the budget binds alone is unknown when the search without
+    the budget stops unproven: the message says so and the diagnosis is not proven (before,
+    the budget was silently left out)."""
+    spec = opt("max_cost_per_iteration: 1.0, min_throughput: 1000")
+    real = Oracle.status
+
+    def status(self: Oracle, probed: Spec) -> tuple[object, bool]:
+        c = probed.constraints
+        if c.max_cost_per_iteration is None and c.min_throughput == 1000:
+            return None, False
+        return real(self, probed)
+
+    monkeypatch.setattr(Oracle, "status", status)
+    diagnosis = diagnose(spec)
+    assert diagnosis.binding == "throughput floor" and not diagnosis.proven
+    assert "whether budget binds alone too is not known" in diagnosis.message
 
 
 def test_memory_when_nothing_fits_even_with_every_constraint_removed() -> None:

@@ -72,6 +72,7 @@ __all__ = [
     "proven_least",
     "removed",
     "unit_step",
+    "unknown",
 ]
 
 FAMILIES = ("max_gpus", "quota", "budget", "throughput floor")
@@ -118,7 +119,8 @@ class Diagnosis:
 
     binding: str
     """`budget`, `throughput floor`, `max_gpus`, `quota`, `memory`, several joined by ` or `
-    (each alone binds), or by ` and ` (only together)."""
+    (each alone binds), or by ` and ` (only together); `undetermined` when no plan was found
+    but the searches stopped before proving that none exists."""
     message: str
     change: str
     """The change in the spec's own terms (e.g. `constraints.max_cost_per_iteration: 1.45`);
@@ -567,10 +569,18 @@ def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
                 binding.append(" and ".join(members))
                 alternatives.append(fixes)
     if not alternatives:
+        if not oracle.proven_infeasible(removed(spec, families)):
+            return _undetermined(oracle, spec)
         return _memory(oracle, spec)
     plan = oracle.proposal(apply_fixes(spec, alternatives[0]))
     message = _message(spec, alone, alternatives, plan)
-    proven = all(proven_least(spec, f) for fixes in alternatives for f in fixes)
+    unsure = [f for f in families if f not in binding and unknown(oracle, removed(spec, [f]))]
+    if unsure:
+        message += (
+            f"; whether {' or '.join(unsure)} binds alone too is not known: its search stopped"
+            " at the time limit before finding a plan or proving there is none"
+        )
+    proven = not unsure and all(proven_least(spec, f) for fixes in alternatives for f in fixes)
     if not proven:
         message += (
             f" ({plural(oracle.stopped, 'search', 'searches')} stopped at their"
@@ -584,6 +594,29 @@ def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
         change="; or ".join(", ".join(f.line() for f in fixes) for fixes in alternatives),
         plan=plan,
         alternatives=tuple(alternatives),
+    )
+
+
+def unknown(oracle: Oracle, spec: Spec) -> bool:
+    """Whether the oracle neither found a plan of `spec` nor proved that it has none (its
+    searches stopped at their time limit): then nothing may be said either way."""
+    return not oracle.feasible(spec) and not oracle.proven_infeasible(spec)
+
+
+def _undetermined(oracle: Oracle, spec: Spec) -> Diagnosis:
+    """No family's removal gave a plan, and even with all of them removed the searches
+    stopped before proving that no plan exists: naming memory (or anything) would be a guess."""
+    return Diagnosis(
+        binding="undetermined",
+        message=(
+            "no plan was found, and with every constraint removed and every quota lifted the"
+            f" {plural(oracle.stopped, 'search', 'searches')} stopped at their time limit"
+            " before finding one or proving that none exists, so which constraint binds is"
+            " not known"
+        ),
+        change="raise --time-limit, or plan with --exact to search to the end",
+        plan=None,
+        proven=False,
     )
 
 

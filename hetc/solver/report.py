@@ -253,6 +253,8 @@ def _unprofiled(spec: Spec) -> list[Fallback]:
 
 
 def _diagnosis_text(diagnosis: Diagnosis) -> str:
+    if diagnosis.binding == "undetermined":
+        return f"hetc: no plan found: {diagnosis.message}\nTo fix: {diagnosis.change}"
     return (
         f"hetc: no plan satisfies the spec: {diagnosis.binding} is binding: {diagnosis.message}"
         f"\nTo fix: {diagnosis.change}"
