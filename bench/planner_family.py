@@ -27,6 +27,7 @@ from spec_family import family_spec
 from hetc.schema.spec import Spec
 from hetc.solver.certificate import gap_text
 from hetc.solver.planner import INTERACTIVE_TIME_LIMIT, plan_spec
+from hetc.units import plural
 
 CAP_SECONDS = 30.0
 
@@ -46,9 +47,10 @@ def describe(spec: Spec) -> str:
         )
         if value is not None
     ]
+    regions = len({z.region for z in spec.zones})
     return (
-        f"{len(devices)} types, {len(spec.zones)} zones,"
-        f" {len({z.region for z in spec.zones})} regions, {pools} pools, {quota} devices,"
+        f"{plural(len(devices), 'type')}, {plural(len(spec.zones), 'zone')},"
+        f" {plural(regions, 'region')}, {plural(pools, 'pool')}, {plural(quota, 'device')},"
         f" {spec.model.parameter_count() / 1e9:.2g}B parameters, {spec.objective},"
         f" {'+'.join(limits) or '-'}"
     )

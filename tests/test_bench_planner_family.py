@@ -12,7 +12,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from planner_family import percentile  # noqa: E402
+from planner_family import describe, percentile  # noqa: E402
+from spec_family import family_spec  # noqa: E402
 
 
 def test_percentile_is_the_nearest_rank() -> None:
@@ -48,3 +49,14 @@ def test_a_short_run_ends_with_the_summary_line() -> None:
     assert re.fullmatch(
         r"p95 seconds: \d+\.\d\d, worst gap: (\S+%|n/a \(no plan\)), unanswered: [0-2]", lines[-1]
     )
+
+
+def test_describe_counts_in_the_right_number() -> None:
+    """Each count's word agrees with it ("1 region", "3 regions"), over generated specs."""
+    import random
+
+    for seed in range(30):
+        text = describe(family_spec(random.Random(seed)))
+        for count, word in re.findall(r"(\d[\d,]*) (type|zone|region|pool|device)s?\b", text):
+            plural = re.search(rf"{count} {word}s\b", text) is not None
+            assert plural == (count != "1"), text
