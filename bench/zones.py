@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from hetc.units import plural
+
 ROOT = Path(__file__).resolve().parent.parent
 REGIONS = ("us-central1", "us-west1", "europe-west4", "asia-east1")
 PRICES = (3.67, 3.74, 4.05, 4.21)
@@ -112,7 +114,8 @@ def _run(label: str, text: str, timeout: float, time_limit: float | None) -> Non
     gap = "no plan" if found["gap"] is None else f"gap {100 * found['gap']:.1f}%"
     print(
         f"{label:>16}  {found['seconds']:8.2f} s  {found['peak_bytes'] / 2**20:8.0f} MiB peak"
-        f"  {gap}  {found['pipelines']} pipeline(s) over {found['zones_used']} zone(s)",
+        f"  {gap}  {plural(found['pipelines'], 'pipeline')}"
+        f" over {plural(found['zones_used'], 'zone')}",
         flush=True,
     )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from oracles.instances import random_instance
 
-from hetc.costmodel.planning import PlanningModel
+from hetc.costmodel.planning import PlanningModel, ReplicaKind
 from hetc.schema import Spec, check_text
 from hetc.solver.search import SearchOptions, SearchResult
 from hetc.solver.search import exact as exact_module
@@ -173,3 +173,31 @@ def test_internet_scale_has_a_candidate_within_its_limit() -> None:
         model, SearchOptions(approximations=frozenset({"kind-profiles"}), time_limit=4.0)
     ).run()
     assert result.candidates and result.candidates[0].estimate.feasible
+
+
+def test_the_greedy_seed_scores_one_kind_per_class_of_like_pools() -> None:
+    """`seed_kinds` keeps one kind per (TP, device, quota, node size, price, NIC), however
+    many zones repeat it (by hand: the keys of every kind), and every pool `must_use` names:
+    on bench/zones.py's spec the seed's kinds are as many at 40 zones as at 10."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from zones import zones_spec
+
+    def key(model: PlanningModel, kind: ReplicaKind) -> tuple[object, ...]:
+        pool = model.pools[kind.pool].pool
+        node = (pool.quota, pool.gpus_per_node, pool.price, pool.nic_bandwidth)
+        return (kind.tp, pool.device, *node)
+
+    sizes = []
+    for zones in (10, 40):
+        checked = check_text(zones_spec(zones), "zones.yaml")
+        assert checked.spec is not None
+        model = PlanningModel(checked.spec)
+        kinds = Search(model, SearchOptions()).seed_kinds()
+        keys = [key(model, k) for k in kinds]
+        assert len(set(keys)) == len(keys)
+        assert set(keys) == {key(model, k) for k in model.kinds}
+        sizes.append(len(kinds))
+        last = model.pools[-1].index
+        forced = Search(model, SearchOptions(must_use=frozenset({last}))).seed_kinds()
+        assert {k.pool for k in model.kinds if k.pool == last} <= {k.pool for k in forced}
+    assert sizes[0] == sizes[1] < len(model.kinds)

@@ -53,7 +53,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.costmodel.planning import PlanningModel, ReplicaKind, Shape
 from hetc.solver.certificate import Snapshot, relative_gap, some_pool_is_free
 from hetc.solver.search.bounds import RANGE_SPAN
 from hetc.solver.search.incumbent import Candidate, SearchOptions, SearchResult, _Stop
@@ -150,16 +150,19 @@ class Search(Stripes):
         size, holds the model with D = its pool's devices over P x TP (or fewer, halving,
         where that breaks a constraint). Each such candidate is a real one, offered like any
         other, so it only tightens the bound; nothing is pruned by its being found first.
-        At most `GREEDY_STAGES` stage counts are tried."""
+        At most `GREEDY_STAGES` stage counts are tried, and of kinds alike in TP, device,
+        quota, node size, price and NIC (`seed_kinds`: the same one-kind plan in another
+        zone), one: with a thousand like zones the seed stays a fraction of a second."""
         self.check_limits()
         model = self.model
         blocks = model.blocks
+        kinds = self.seed_kinds()
         for stages in range(1, min(blocks, GREEDY_STAGES) + 1):
             cut = [blocks * i // stages for i in range(stages + 1)]
             if len(set(cut)) <= stages:
                 continue
             for mbs in model.microbatch_sizes():
-                for kind in model.kinds:
+                for kind in kinds:
                     dp = min(
                         self.capacity[kind.pool] // (stages * kind.tp),
                         self.dp_cap(mbs, stages),
@@ -171,6 +174,29 @@ class Search(Stripes):
                 self.check_limits()
             if self.ranked:
                 return
+
+    def seed_kinds(self) -> list[ReplicaKind]:
+        """One kind per class of kinds alike for a one-kind plan (TP, and the pool's device,
+        quota, node size, price and NIC), the first of each; kinds `must_use` names are all
+        kept, since the seed must rent them."""
+        pools = self.model.pools
+        wanted = set(self.options.must_use)
+        seen: set[tuple[object, ...]] = set()
+        out: list[ReplicaKind] = []
+        for kind in self.model.kinds:
+            pool = pools[kind.pool].pool
+            key = (
+                kind.tp,
+                pool.device,
+                pool.quota,
+                pool.gpus_per_node,
+                pool.price,
+                pool.nic_bandwidth,
+            )
+            if kind.pool in wanted or key not in seen:
+                seen.add(key)
+                out.append(kind)
+        return out
 
     def _greedy_offer(self, mbs: int, cut: tuple[int, ...], kind: int, dp: int) -> bool:
         """Score one candidate of `greedy_seed`: whether it is feasible (and offered). Not
