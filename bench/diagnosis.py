@@ -43,6 +43,7 @@ from hetc.solver.diagnosis import (
     removed,
     unit_step,
 )
+from hetc.units import plural
 
 CHECK_SECONDS = 20.0
 """Time limit of one search of the checker; a check stopped there counts as a failure."""
@@ -214,7 +215,10 @@ def run(count: int, seed: int) -> tuple[int, list[float], list[str], int, int]:
         checker = Oracle(time_limit=CHECK_SECONDS)
         found = problems(spec, diagnosis, checker)
         if checker.unknown:
-            found.append(f"{checker.unknown} check search(es) stopped at {CHECK_SECONDS} s")
+            found.append(
+                f"{plural(checker.unknown, 'check search', 'check searches')} stopped at"
+                f" {CHECK_SECONDS} s"
+            )
         unit += diagnosis.proven
         checked += least_at_unit(spec, diagnosis, checker)
         failures.extend(f"spec {k} ({diagnosis.binding}): {p}" for p in found)
