@@ -10,6 +10,7 @@ process groups in swapped order (the mutation the group check must catch):
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -151,11 +152,28 @@ class Outcome:
     """stdout and stderr lines that start with `hetc-runtime:`."""
 
 
+PORT_SPAN = 2000
+"""Ports each test worker hands out, below the kernel's ephemeral range (32768 and up here):
+a port taken from that range can go, between the probe and the store's listen, to any
+process's outgoing connection, and two workers probing at once can draw the same one."""
+
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free port of this worker's own span (`PORT_SPAN` ports from 20000 per pytest-xdist
+    worker), never the same twice in one worker's run, so no other test holds it."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:]
+    low = 20000 + PORT_SPAN * (int(worker) % 6 if worker.isdigit() else 0)
+    for _ in range(PORT_SPAN):
+        port = low + next(_next_port) % PORT_SPAN
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{low + PORT_SPAN - 1}")
 
 
 def ranks_in_plan_order(topology: Topology, command: list[str] | None = None) -> list[Rank]:
