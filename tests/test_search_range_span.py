@@ -43,9 +43,16 @@ def _answer(
     calls = [0]
     ranged = bounds_module.Bounds.range_bound
 
-    def spy(self: bounds_module.Bounds, mbs: int, stages: int, first: int, last: int) -> float:
+    def spy(
+        self: bounds_module.Bounds,
+        mbs: int,
+        stages: int,
+        first: int,
+        last: int,
+        within: bool = False,
+    ) -> float:
         calls[0] += 1
-        return ranged(self, mbs, stages, first, last)
+        return ranged(self, mbs, stages, first, last, within)
 
     monkeypatch.setattr(bounds_module.Bounds, "range_bound", spy)
     model = _model(seed)

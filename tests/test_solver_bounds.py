@@ -689,7 +689,7 @@ def test_shallow_shapes_of_least_bound_come_first_then_every_shape_in_bound_orde
     zoned = "kind-profiles" in approximations and model.spec.objective == "max_throughput"
     value: dict[tuple[int, int, int], float] = {}
     for _, mbs, stages in oracle.shape_groups():
-        every = oracle.shape_bounds(mbs, stages, oracle.last_dp(mbs, stages))
+        every = oracle.shape_bounds(mbs, stages, oracle.last_dp(mbs, stages), within=True)
         for dp, bound in enumerate(every, start=1):
             if bound < math.inf:
                 excess = oracle.ring_excess(stages, dp) if zoned else 0.0

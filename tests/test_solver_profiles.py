@@ -826,3 +826,36 @@ def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
                     stages,
                 )
     assert exact_sums
+
+
+@pytest.mark.slow
+def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
+    """`shape_bounds(within=True)` adds `ReplicaSlots.profile_floor` under `kind-profiles`:
+    every shape's bound there is at most the best candidate the space holds in it (each
+    profile of the shape split and scored with nothing pruned, `_Exhaustive`), and on some
+    shapes it lies above the bound over all plans (the floor is not idle)."""
+    above = 0
+    shapes = 0
+    for name, spec in _cases():
+        model = PlanningModel(spec)
+        options = SearchOptions(approximations=PROFILES)
+        exhaustive = _Exhaustive(model, options)
+        bounds = Search(model, options)
+        for mbs in model.microbatch_sizes():
+            for stages in range(1, model.blocks + 1):
+                last = exhaustive.dp_cap(mbs, stages)
+                if last < 1:
+                    continue
+                within = bounds.shape_bounds(mbs, stages, last, within=True)
+                every = bounds.shape_bounds(mbs, stages, last)
+                for dp in range(1, last + 1):
+                    exhaustive._searching = 0.0
+                    best = exhaustive.shape(mbs, stages, dp)
+                    if best is None:
+                        continue
+                    shapes += 1
+                    bound = within[dp - 1]
+                    assert bound <= best * (1 + 1e-12), (name, mbs, stages, dp, bound, best)
+                    above += bound > every[dp - 1] * (1 + 1e-9)
+    assert shapes > 100
+    assert above > 0

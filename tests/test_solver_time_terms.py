@@ -78,11 +78,15 @@ def test_the_step_floor_is_the_least_update_over_the_stages_and_shards() -> None
 
 def test_the_step_floor_lifts_the_sync_of_one_pipeline() -> None:
     """With one pipeline there is no ring, yet every candidate steps its optimizer: the
-    sync bound of D = 1 is the step floor, above zero, and the range sync (used for every
-    D from 1 on) keeps the step only without ZeRO, where it does not fall with D."""
+    sync bound of D = 1 is the step floor, above zero, or with P > 1 and tied embeddings
+    the tied all-reduce where that is longer; the range sync (used for every D from 1 on)
+    keeps the step only without ZeRO, where it does not fall with D."""
     for seed in range(SEEDS):
         spec = _spec(random_instance(seed))
         bounds = Search(PlanningModel(spec), SearchOptions())
-        assert bounds.sync_bound(2, 1) == bounds.step_floor(2, 1) > 0
+        assert bounds.sync_bound(1, 1) == bounds.step_floor(1, 1) > 0
+        tied = bounds.shares.tied()
+        assert bounds.sync_bound(2, 1) == max(bounds.step_floor(2, 1), tied)
         ranged = bounds.range_sync(2, 1)
-        assert ranged == (0.0 if spec.training.zero_stage >= 1 else bounds.step_floor(2, 1))
+        step = 0.0 if spec.training.zero_stage >= 1 else bounds.step_floor(2, 1)
+        assert ranged == max(step, tied)

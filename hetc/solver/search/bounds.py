@@ -43,6 +43,8 @@ from hetc.solver.search.incumbent import (
     SearchOptions,
 )
 from hetc.solver.search.mix_cost import MixCost
+from hetc.solver.search.replica_slots import ReplicaSlots
+from hetc.solver.search.stage_shares import StageShares
 
 SHAPES_FLOOR_POPS = 4096
 """Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
@@ -64,7 +66,9 @@ class Bounds(Incumbent):
         super().__init__(model, options)
         self._layer_best: dict[tuple[int, int], list[float]] = {}
         self._sigma_order: dict[int, list[int]] = {}
-        self._sync_rings: dict[int, tuple[float, float, tuple[int, int], tuple[float, float]]] = {}
+        self._sync_rings: dict[
+            int, tuple[float, float, tuple[int, int], tuple[tuple[float, float], ...]]
+        ] = {}
         self._ring_pairs: list[tuple[int, int, int, float]] | None = None
         self._frontier: list[tuple[int, int, int, float]] | None = None
         self._group_list: list[tuple[float, int, int]] | None = None
@@ -94,6 +98,8 @@ class Bounds(Incumbent):
         self._flat_links: bool | None = None
         self._update: float | None = None
         self.mixes = MixCost(model, self.capacity, self._min_tp)
+        self.slots = ReplicaSlots(model, self.capacity, self.total_devices)
+        self.shares = StageShares(model)
         self.cover = StageCover(
             model, self.capacity, self.total_devices, lambda mbs: self.device_work(mbs)[1]
         )
@@ -186,31 +192,40 @@ class Bounds(Incumbent):
     def sync_bound(
         self, stages: int, dp: int, whole_ring: bool = True, steps: bool = True
     ) -> float:
-        """max_i y_i >= the cheapest whole-model ring over D ranks, divided by P (the ring
-        time is affine in bytes with a non-negative intercept, and the largest stage holds at
-        least 1/P of the gradients), and >= 2 (D - 1) link latencies, which a ring pays
-        whatever its bytes. Where the rings must cross zones (or regions), only links that
-        cross count: a stage of D replicas needs at least D x (least TP) devices, so when no
-        zone has that many every stage's ring crosses zones, and when the zones cannot hold
-        P such stages whole at least one does (`sync_terms`). Plus the optimizer steps
-        (`step_floor`). Without `whole_ring`, the latency terms alone, and without `steps`
-        no step (`range_sync`)."""
+        """max_i (y_i + u_i) >= the cheapest whole-model ring over D ranks, divided by P (the
+        ring time is affine in bytes with a non-negative intercept, and the mean stage holds
+        1/P of the gradients), and >= 2 (D - 1) link latencies, which a ring pays whatever
+        its bytes, plus the mean optimizer step (`step_floor`). Where the rings must cross
+        zones (or regions), only links that cross count: a stage of D replicas needs at
+        least D x (least TP) devices, so when no zone has that many every stage's ring
+        crosses zones, and when the zones cannot hold P such stages whole at least one does
+        (`sync_terms`), the latencies and that stage's share of the ring across them
+        (`StageShares.least`). The largest stage's ring is at least its share of that
+        ring, and the
+        first stage's at least the end share plus the tied embedding's all-reduce, which it
+        also waits for (`StageShares`; the tied all-reduce alone with one pipeline).
+        Without `whole_ring`, no term that grows with the bytes (the latency, zone and tied
+        terms), and without `steps` no step (`range_sync`)."""
         step = self.step_floor(stages, dp) if steps else 0.0
+        tied = self.shares.tied() if stages > 1 else 0.0
         if dp < 2:
-            return step
+            return max(step, tied)
         terms = self._sync_rings.get(dp)
         if terms is None:
             terms = self._sync_rings[dp] = self.sync_terms(dp)
-        whole, latency, (whole_zones, whole_regions), (zone_latency, region_latency) = terms
-        some = (
-            region_latency
-            if whole_regions < stages
-            else zone_latency
-            if whole_zones < stages
-            else 0.0
-        )
+        whole, latency, (whole_zones, whole_regions), (zone, region) = terms
+        crossing = region if whole_regions < stages else zone if whole_zones < stages else None
+        if not whole_ring:
+            return max(max(latency + step, crossing[1] if crossing else 0.0), tied)
+        largest, end = self.shares.shares(stages)
+        some = 0.0
+        if crossing is not None:
+            some = max(crossing[1], crossing[0] * self.shares.least(stages))
         # two arguments at a time, which a compiled build inlines (setup.py)
-        return max(max(whole / stages if whole_ring else 0.0, latency) + step, some)
+        return max(
+            max(max(whole / stages, latency) + step, some),
+            max(whole * largest, whole * end + tied),
+        )
 
     def step_floor(self, stages: int, dp: int) -> float:
         """max_i u_i >= this, the optimizer step a stage's sync ends with: stage i steps
@@ -256,11 +271,13 @@ class Bounds(Incumbent):
             )
         return self.sync_bound(stages, dp, whole_ring=self._flat_links, steps=not zero)
 
-    def sync_terms(self, dp: int) -> tuple[float, float, tuple[int, int], tuple[float, float]]:
+    def sync_terms(
+        self, dp: int
+    ) -> tuple[float, float, tuple[int, int], tuple[tuple[float, float], ...]]:
         """For `sync_bound` at D: the least whole-model ring and ring latency over the links
         every stage's ring must cross; how many stages of D x (least TP) devices the zones,
-        and the regions, hold whole; the least ring latency across zones and across
-        regions."""
+        and the regions, hold whole; the least whole-model ring and ring latency across
+        zones, and across regions."""
         whole = (0, self.model.blocks, True, True)
         least = [(math.inf, math.inf)] * 3
         for a, b, level, latency in self.ring_frontier():
@@ -272,7 +289,7 @@ class Bounds(Incumbent):
         zones, regions = self._locality_capacity
         every = 2 if need > max(regions) else 1 if need > max(zones) else 0
         held = (sum(u // need for u in zones), sum(u // need for u in regions))
-        return (*least[every], held, (least[1][1], least[2][1]))
+        return (*least[every], held, (least[1], least[2]))
 
     def distinct_rings(self) -> list[tuple[int, int, int, float]]:
         """One kind pair per distinct ring, with the locality level its link crosses (0 in
@@ -337,13 +354,19 @@ class Bounds(Incumbent):
             self._frontier = kept
         return self._frontier
 
-    def shape_bounds(self, mbs: int, stages: int, last: int, first: int = 1) -> list[float]:
+    def shape_bounds(
+        self, mbs: int, stages: int, last: int, first: int = 1, within: bool = False
+    ) -> list[float]:
         """Lower bounds on the objective of every candidate of shape (m, P, D) for
         D = first..last (the module docstring), sharing what does not depend on D.
         For cost, the larger of that time on the fewest devices and `work_cost` (for
         ceil(T / D) x D microbatch slots: iteration >= F + m1 S + Y >= m t_i + (F - t_i) + Y
         on every replica) + `idle_cost` (its F - t_i + Y). A shape whose bounds already
-        break the budget or the throughput floor gets an infinite one."""
+        break the budget or the throughput floor gets an infinite one. F + m1 S is at least
+        the replica-speed floor (`ReplicaSlots.floor`), and `within` the `kind-profiles`
+        space, where that approximation is on, at least its two-option floor
+        (`ReplicaSlots.profile_floor`): a bound on that space only, for the search's own
+        order and its gap within the approximations, never for the bound over all plans."""
         model = self.model
         total = model.batch // mbs
         throughput = self.objective == "max_throughput"
@@ -353,6 +376,7 @@ class Bounds(Incumbent):
         bounds = []
         incumbent = self.bound()
         devices, reserved = self.total_devices, (stages - 1) * self._min_tp
+        profiled = within and "kind-profiles" in self.approx
         # the terms depend on D only through the largest affordable TP degree (`affordable_tp`),
         # which never grows with D: recomputed only when it falls below the current one
         cap = -1
@@ -369,6 +393,13 @@ class Bounds(Incumbent):
                     straggler = slope * dp + at_zero
             slots = -(-total // dp)
             t = fill + (slots - 1) * straggler
+            paced = self.slots.floor(mbs, stages, dp, slots - 1, send)
+            if paced > t:
+                t = paced
+            if profiled:
+                paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send)
+                if paced > t:
+                    t = paced
             # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
             # wait at least the least send in each of the other slots, and on the others'
             # sends in the fill: sum_i (F - t_i) = (P - 1) F + 2 sum_i s_i
@@ -610,7 +641,9 @@ class Bounds(Incumbent):
         lookups, and only the ranges the search lists need them."""
         return min(self.model.batch // mbs, self.total_devices // (stages * self._min_tp))
 
-    def range_bound(self, mbs: int, stages: int, first: int, last: int) -> float:
+    def range_bound(
+        self, mbs: int, stages: int, first: int, last: int, within: bool = False
+    ) -> float:
         """A lower bound on `shape_bounds(mbs, stages, last, first)` at every D, in O(1):
         the terms at D = first (the largest affordable TP, so the least fill and straggler
         floor), the sync of every D from first on (`range_sync`), and (ceil(T / D) - 1)
@@ -618,24 +651,27 @@ class Bounds(Incumbent):
         (s (T / D - 1) below the knee, c (T - D) above it), taken at D = last, and
         (ceil(T / last) - 1) max(s, c first). For cost, t D >= F D + (T - D) s is linear in
         D, so its least is at D = first or D = last; the work and idle costs are least at
-        D = first. Infinite when every D breaks the time cap or the budget (or there is no
-        D)."""
+        D = first. The replica-speed floors (`shape_bounds`, `within` as there) at the
+        speeds of D = first, which only fall as D grows, and m1 at D = last. Infinite when
+        every D breaks the time cap or the budget (or there is no D)."""
         if last < first:
             return math.inf
         total = self.model.batch // mbs
         fill, static, lines, send = self.period_terms(
             mbs, stages, self.affordable_tp(stages, first)
         )
-        t = (
-            fill
-            + max(
-                max(0.0, total / last - 1)
-                * max(static, *(slope * last + at_zero for slope, at_zero in lines)),
-                (-(-total // last) - 1)
-                * max(static, *(slope * first + at_zero for slope, at_zero in lines)),
-            )
-            + self.range_sync(stages, first)
+        m1 = -(-total // last) - 1
+        t = fill + max(
+            max(0.0, total / last - 1)
+            * max(static, *(slope * last + at_zero for slope, at_zero in lines)),
+            m1 * max(static, *(slope * first + at_zero for slope, at_zero in lines)),
         )
+        t = max(t, self.slots.floor(mbs, stages, first, m1, send))
+        if within and "kind-profiles" in self.approx:
+            t = max(t, self.slots.profile_floor(mbs, stages, first, m1, send))
+        if t == math.inf:
+            return math.inf
+        t += self.range_sync(stages, first)
         if self.time_cap is not None and t > self.time_cap:
             return math.inf
         if self.objective == "max_throughput" and self.budget is None:

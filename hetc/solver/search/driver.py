@@ -273,7 +273,7 @@ class Search(Stripes):
             if last - dp + 1 > RANGE_SPAN:
                 middle = (dp + last) // 2
                 halves = [
-                    (max(lb, self.range_bound(mbs, stages, first, end)), first, end)
+                    (max(lb, self.range_bound(mbs, stages, first, end, within=True)), first, end)
                     for first, end in ((dp, middle), (middle + 1, last))
                 ]
                 if incumbent == math.inf or halves[0][0] > incumbent or halves[1][0] > incumbent:
@@ -303,7 +303,7 @@ class Search(Stripes):
         (every D its memory allows, by default)."""
         if last is None:
             last = self.last_dp(mbs, stages)
-        bounds = self.shape_bounds(mbs, stages, last, first)
+        bounds = self.shape_bounds(mbs, stages, last, first, within=True)
         return [(lb, mbs, stages, dp) for dp, lb in enumerate(bounds, start=first) if lb < math.inf]
 
     def _warm_start(self) -> None:

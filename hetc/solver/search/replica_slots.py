@@ -1,0 +1,189 @@
+"""A joint floor on the fill and the straggler from how many replicas each speed can supply
+(`ReplicaSlots.floor`).
+
+The per-layer fill bound takes every layer on the fastest kind, and device-time
+conservation spreads the work over every device the pools hold at the best TP's efficiency.
+Neither sees that a stage runs at the pace of its slowest replica and needs D of them: with
+31 H100 beside 3,000 A100, no stage of 256 pipelines runs at H100 speed, and 2,304 replicas
+cannot use 11,000 devices without the TP degrees that spend them at a worse efficiency.
+Counting replicas by speed sees both.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from hetc.costmodel.planning import PlanningModel
+
+SMALL_LAYER = 1 / 2
+"""Layers whose least time is under this share of the median layer's are left out of the
+kinds' speeds (`ReplicaSlots.speeds`) and counted at their least time."""
+
+ROUNDING = 1 - 1e-12
+"""The floor is scaled by this: it divides and sums layer times in another order than the
+planning model, and a bound must not exceed a candidate's time by a rounding error."""
+
+
+Steps = tuple[list[float], list[int]]
+"""Speeds v descending and counts n ascending: at most n replicas have a speed of at least v
+(`ReplicaSlots.speeds`)."""
+
+Table = tuple[float, float, Steps, Steps]
+"""(W_E, W_B, steps over every pool, steps of one `kind-profiles` option)."""
+
+
+class ReplicaSlots:
+    """The floor of `floor` and its per-microbatch speed tables, cached."""
+
+    def __init__(self, model: PlanningModel, capacity: Sequence[int], total_devices: int) -> None:
+        self.model = model
+        self.capacity = capacity
+        """Devices each pool may rent (`Incumbent.capacity`)."""
+        self.total_devices = total_devices
+        """Devices the search may use in all (max_gpus, or every pool's)."""
+        self._tables: dict[int, list[Table]] = {}
+
+    def speeds(self, mbs: int) -> list[Table]:
+        """Per choice of core layers B, (W_E, W_B, pooled, single): the model's time with
+        each layer on its fastest kind, split into the layers outside B (E) and those in B;
+        and steps (v, n), v descending, n ascending: at most n replicas of all the search
+        may rent have a speed of at least v (pooled), and at most n replicas of one
+        `kind-profiles` option, one device and TP in one region (single).
+
+        A kind's speed v_k = max over the layers of B of (the layer's fastest time) / (its
+        time on k), so any run of layers R takes at least W_B(R) / v_k + W_E(R) on k. Two
+        choices of B, each sound, since the floor takes the larger: the layers of at least
+        `SMALL_LAYER` of the median layer's least time (a lookup's ratio would make a slow
+        device look fast), and the layers timed like the median one on every kind, to
+        rounding (the typical block: a head that TP splits well then does not make a kind
+        look fast on the blocks). A replica of speed at least v on pool p is a kind of that
+        pool with v_k >= v, so it takes at least tau(p, v) devices, the least TP of such
+        kinds there: at most sum_p floor(devices_p / tau(p, v)) replicas, and at most the
+        devices the search may use over the least such TP. An option of speed at least v
+        holds at most its region's devices of that device, within what the search may use,
+        over its TP (an option of one pool holds no more than the region's)."""
+        tables = self._tables.get(mbs)
+        if tables is None:
+            model = self.model
+            rows = [model.layer_compute(k.device, k.tp, mbs) for k in model.kinds]
+            least = [min(column) for column in zip(*rows, strict=True)] if rows else []
+            tables = []
+            if least:
+                median = sorted(range(len(least)), key=least.__getitem__)[len(least) // 2]
+                cut = least[median] * SMALL_LAYER
+                big = [i for i, t in enumerate(least) if t >= cut and t > 0]
+                typical = [
+                    i
+                    for i in big
+                    if all(abs(row[i] - row[median]) <= 1e-9 * row[median] for row in rows)
+                ]
+                for core in (big, typical) if typical != big else (big,):
+                    tables.append(self._table(rows, least, core))
+            self._tables[mbs] = tables
+        return tables
+
+    def _table(self, rows: list[tuple[float, ...]], least: list[float], core: list[int]) -> Table:
+        """`speeds`' entry for the core layers `core`."""
+        model = self.model
+        speed = [max((least[i] / row[i] for i in core), default=1.0) for row in rows]
+        options: dict[tuple[str, int, str], tuple[float, set[int]]] = {}
+        for k, v in zip(model.kinds, speed, strict=True):
+            key = (k.device, k.tp, model.pools[k.pool].zone.region)
+            options.setdefault(key, (v, set()))[1].add(k.pool)
+        held_one = [
+            (v, min(sum(self.capacity[p] for p in pools), self.total_devices) // tp)
+            for (_, tp, _), (v, pools) in options.items()
+        ]
+        pooled: Steps = ([], [])
+        single: Steps = ([], [])
+        for v in sorted(set(speed), reverse=True):
+            tau: dict[int, int] = {}
+            for k, s in zip(model.kinds, speed, strict=True):
+                if s >= v and k.tp < tau.get(k.pool, math.inf):
+                    tau[k.pool] = k.tp
+            held = sum(self.capacity[p] // t for p, t in tau.items())
+            pooled[0].append(v)
+            pooled[1].append(min(held, self.total_devices // min(tau.values())))
+            single[0].append(v)
+            single[1].append(max(n for u, n in held_one if u >= v))
+        work = sum((least[i] for i in core), 0.0)
+        return (sum(least, 0.0) - work, work, pooled, single)
+
+    def floor(self, mbs: int, stages: int, dp: int, m1: int, send: float) -> float:
+        """F + m1 S >= this for every candidate of (m, P, D), m1 = ceil(T / D) - 1, `send`
+        the least send between two pools (0 for one stage); infinite where the pools
+        cannot supply P x D replicas.
+
+        A stage's time t_i is its slowest kind's, so t_i >= W_B(R_i) / v_i + W_E(R_i) with
+        v_i the least speed of its replicas. Ranked fastest first, the j fastest stages
+        hold j D replicas all at least as fast as the j-th, so v_(j) <= u(j D), the most
+        speed n replicas may all have (`speeds`). With P > 1 each stage sends at least
+        once, so t_i <= S - s, and the fill sends 2 (P - 1) times. With t'_i = t_i -
+        W_E(R_i): sum t_i = W_E + sum t'_i, t'_i <= S' = S - s and sum t'_i u(i D) >= W_B,
+        so F + m1 S >= 2 (P - 1) s + m1 s + W_E + (sum t'_i + m1 S'). For a given S' the
+        least sum t'_i runs the fastest stages for S' each, so over S' the least of sum
+        t'_i + m1 S' (convex, piecewise linear) is at a point where k stages run S' = W_B /
+        V_k, V_k the sum of u(i D) over i <= k: it is min over k of (k + m1) W_B / V_k."""
+        best = 0.0
+        for small, work, (speeds, counts), _ in self.speeds(mbs):
+            least = math.inf
+            total = 0.0
+            for k in range(1, stages + 1):
+                at = bisect_left(counts, k * dp)
+                if at == len(counts):
+                    return math.inf
+                total += speeds[at]
+                value = (k + m1) * work / total
+                if value < least:
+                    least = value
+            if small + least > best:
+                best = small + least
+        sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
+        return (best + sends) * ROUNDING
+
+    def profile_floor(self, mbs: int, stages: int, dp: int, m1: int, send: float) -> float:
+        """`floor` for the candidates of `kind-profiles` (module `profiles`): a profile runs
+        n stages on one option and P - n on another, each option one device and TP in one
+        pool or one region, so its stages run at two speeds at most, each option's D n or
+        D (P - n) replicas within what it holds. With j stages at the speed of the fastest
+        option holding j D replicas and P - j at that of the fastest holding (P - j) D
+        (`speeds`, single; the two may be one), the least of sum t'_i + m1 S' of `floor`
+        over c1 stages at s1 and c2 at s2 < s1 is at k = c1 or k = c1 + c2 (on each side of
+        c1 it is monotone in k): min over j of those. Infinite where no option holds a
+        stage of D replicas, or no pair holds P."""
+        best = 0.0
+        for small, work, _, (speeds, counts) in self.speeds(mbs):
+            least = math.inf
+            last = len(counts)
+            for j in range(1, stages + 1):
+                at = bisect_left(counts, j * dp)
+                if at == last:
+                    break
+                fast, slow, rest = speeds[at], 0.0, stages - j
+                if rest:
+                    other = bisect_left(counts, rest * dp)
+                    if other == last:
+                        continue
+                    slow = speeds[other]
+                value = _two_speeds(work, m1, j, fast, rest, slow)
+                if value < least:
+                    least = value
+            if least == math.inf:
+                return math.inf
+            if small + least > best:
+                best = small + least
+        sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
+        return (best + sends) * ROUNDING
+
+
+def _two_speeds(work: float, m1: int, x: int, a: float, y: int, b: float) -> float:
+    """min over k of (k + m1) W / V_k for x stages at speed a and y at speed b (`ReplicaSlots.
+    profile_floor`)."""
+    if y and b > a:
+        x, a, y, b = y, b, x, a
+    value = (x + m1) * work / (x * a)
+    if y:
+        value = min(value, (x + y + m1) * work / (x * a + y * b))
+    return value
