@@ -2,13 +2,14 @@
 
 Over the small random specs of tests/oracles/instances.py (every candidate enumerated by
 tests/oracles/brute_force.py and timed by the planning model), for each shape (m, P, D) with a
-feasible candidate: the ratio of `Bounds.shape_bounds`' iteration time, F_lb + (m1) S_lb +
-Y_lb with m1 = ceil(T / D) - 1 (`Bounds.time_terms`), to the shape's fastest candidate (the
-exact optimum of the shape), and the same per term: F_lb, m1 S_lb and Y_lb against the
-fastest candidate's fill, m1 x straggler and sync ("vs best": where the bound's time goes
-missing), and against the least of that term over the shape's candidates ("vs least": how
-loose the term is as a bound of its own; for the total the two are one). A ratio of 1 is a
-tight bound; a term whose candidates all have 0 (a single stage's sends) is left out.
+feasible candidate: the ratio of `Bounds.shape_bounds`' iteration time to the shape's fastest
+candidate (the exact optimum of the shape), and the same per term: F_lb, m1 S_lb, the joint
+F + m1 S (the larger of their sum and the replica-speed floor, `ReplicaSlots.floor`) and
+Y_lb, with m1 = ceil(T / D) - 1 (`Bounds.time_terms`), against the fastest candidate's fill,
+m1 x straggler, their sum and sync ("vs best": where the bound's time goes missing), and
+against the least of that term over the shape's candidates ("vs least": how loose the term
+is as a bound of its own; for the total the two are one). A ratio of 1 is a tight bound; a
+term whose candidates all have 0 (a single stage's sends) is left out.
 Prints the p50, p10, p5 and min of each ratio, then the decomposition at the shape of the
 Zorse-style cluster's incumbent (tests/test_anytime_cases.py, searched for `--eval-limit`
 candidates).
@@ -39,7 +40,7 @@ from hetc.solver.search.driver import Search  # noqa: E402
 
 SEEDS = 60
 """Random instances looked at by default (each enumerated in full, a few seconds)."""
-TERMS = ("total", "F", "m1 S", "Y")
+TERMS = ("total", "F", "m1 S", "F + m1 S", "Y")
 
 
 def spec_of(text: str) -> Spec:
@@ -50,9 +51,21 @@ def spec_of(text: str) -> Spec:
     return result.spec
 
 
-def parts(estimate: Estimate, m1: int) -> tuple[float, float, float, float]:
-    """(iteration, F, m1 S, Y) of a candidate."""
-    return (estimate.iteration_time, estimate.fill, m1 * estimate.straggler, estimate.sync)
+def parts(estimate: Estimate, m1: int) -> tuple[float, float, float, float, float]:
+    """(iteration, F, m1 S, F + m1 S, Y) of a candidate."""
+    paced = m1 * estimate.straggler
+    return (estimate.iteration_time, estimate.fill, paced, estimate.fill + paced, estimate.sync)
+
+
+def bound_parts(bounds: Search, mbs: int, stages: int, dp: int) -> tuple[float, ...]:
+    """(iteration, F, m1 S, F + m1 S, Y) of the shape bound: F + m1 S is the larger of
+    F_lb + m1 S_lb and the replica-speed floor (`ReplicaSlots.floor`), as in
+    `Bounds.shape_bounds`."""
+    m1 = -(-(bounds.model.batch // mbs) // dp) - 1
+    fill, straggler, sync = bounds.time_terms(mbs, stages, dp)
+    send = bounds.least_send(mbs) if stages > 1 else 0.0
+    paced = max(fill + m1 * straggler, bounds.slots.floor(mbs, stages, dp, m1, send))
+    return (paced + sync, fill, m1 * straggler, paced, sync)
 
 
 def shape_ratios(spec: Spec) -> Iterator[tuple[str, str, float]]:
@@ -72,8 +85,7 @@ def shape_ratios(spec: Spec) -> Iterator[tuple[str, str, float]]:
     bounds = Search(model, SearchOptions())
     for (mbs, stages, dp), estimate in best.items():
         m1 = -(-(model.batch // mbs) // dp) - 1
-        fill, straggler, sync = bounds.time_terms(mbs, stages, dp)
-        mine = (fill + m1 * straggler + sync, fill, m1 * straggler, sync)
+        mine = bound_parts(bounds, mbs, stages, dp)
         for term, bound, fastest, low in zip(
             TERMS, mine, parts(estimate, m1), least[mbs, stages, dp], strict=True
         ):
@@ -92,17 +104,14 @@ def zorse(eval_limit: int) -> None:
     shape = top.shape
     m1 = model.microbatches(shape) - 1
     bounds = Search(model, SearchOptions())
-    fill, straggler, sync = bounds.time_terms(shape.microbatch, shape.stages, shape.pipelines)
-    total = fill + m1 * straggler + sync
+    mine = bound_parts(bounds, shape.microbatch, shape.stages, shape.pipelines)
     e = top.estimate
     print(
         f"zorse incumbent (after {eval_limit} candidates): m={shape.microbatch}"
         f" P={shape.stages} D={shape.pipelines} m1={m1}"
     )
     print(f"  {'term':<6} {'bound':>10} {'incumbent':>10} {'ratio':>6}")
-    for term, bound, value in zip(
-        TERMS, (total, fill, m1 * straggler, sync), parts(e, m1), strict=True
-    ):
+    for term, bound, value in zip(TERMS, mine, parts(e, m1), strict=True):
         ratio = f"{bound / value:6.3f}" if value > 0 else "     -"
         print(f"  {term:<6} {bound:10.3f} {value:10.3f} {ratio}")
 
