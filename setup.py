@@ -25,6 +25,8 @@ COMPILED = [
     "hetc/solver/search/incumbent.py",
     "hetc/solver/search/bounds.py",
     "hetc/solver/search/mix_cost.py",
+    "hetc/solver/search/replica_slots.py",
+    "hetc/solver/search/stage_shares.py",
     "hetc/solver/search/counts.py",
     "hetc/solver/search/exact.py",
     "hetc/solver/search/options.py",

@@ -11,10 +11,10 @@ against the least of that term over the shape's candidates ("vs least": how loos
 is as a bound of its own; for the total the two are one). A ratio of 1 is a tight bound; a
 term whose candidates all have 0 (a single stage's sends) is left out.
 Prints the p50, p10, p5 and min of each ratio, then the decomposition at the shape of the
-Zorse-style cluster's incumbent (tests/test_anytime_cases.py, searched for `--eval-limit`
-candidates).
+Zorse-style cluster's incumbent (tests/test_anytime_cases.py, searched for `--seconds`, 8 by
+default), with the search's lower bound.
 
-Usage: python bench/bound_tightness.py [--seeds N] [--eval-limit N]
+Usage: python bench/bound_tightness.py [--seeds N] [--seconds S]
 """
 
 from __future__ import annotations
@@ -95,11 +95,11 @@ def shape_ratios(spec: Spec) -> Iterator[tuple[str, str, float]]:
                 yield term, "vs least", bound / low
 
 
-def zorse(eval_limit: int) -> None:
-    """The Zorse cluster's incumbent after `eval_limit` candidates, against its shape's
-    bound terms."""
+def zorse(seconds: float) -> None:
+    """The Zorse cluster's incumbent after `seconds` of search, against its shape's bound
+    terms."""
     model = PlanningModel(spec_of(ZORSE))
-    answer = search(model, SearchOptions(eval_limit=eval_limit))
+    answer = search(model, SearchOptions(time_limit=seconds))
     top = answer.candidates[0]
     shape = top.shape
     m1 = model.microbatches(shape) - 1
@@ -107,19 +107,20 @@ def zorse(eval_limit: int) -> None:
     mine = bound_parts(bounds, shape.microbatch, shape.stages, shape.pipelines)
     e = top.estimate
     print(
-        f"zorse incumbent (after {eval_limit} candidates): m={shape.microbatch}"
+        f"zorse incumbent (after {seconds:g} s, {answer.evaluations} candidates, lower bound"
+        f" {answer.lower_bound:.3f}): m={shape.microbatch}"
         f" P={shape.stages} D={shape.pipelines} m1={m1}"
     )
-    print(f"  {'term':<6} {'bound':>10} {'incumbent':>10} {'ratio':>6}")
+    print(f"  {'term':<8} {'bound':>10} {'incumbent':>10} {'ratio':>6}")
     for term, bound, value in zip(TERMS, mine, parts(e, m1), strict=True):
         ratio = f"{bound / value:6.3f}" if value > 0 else "     -"
-        print(f"  {term:<6} {bound:10.3f} {value:10.3f} {ratio}")
+        print(f"  {term:<8} {bound:10.3f} {value:10.3f} {ratio}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=SEEDS)
-    parser.add_argument("--eval-limit", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=8.0)
     args = parser.parse_args()
     ratios: dict[tuple[str, str], list[float]] = {}
     shapes = 0
@@ -128,15 +129,15 @@ def main() -> None:
             ratios.setdefault((term, against), []).append(ratio)
             shapes += term == "total" and against == "vs best"
     print(f"{shapes} shapes with a feasible candidate over {args.seeds} random instances")
-    print(f"{'term':<6} {'against':<9} {'n':>5} {'p50':>6} {'p10':>6} {'p5':>6} {'min':>6}")
+    print(f"{'term':<8} {'against':<9} {'n':>5} {'p50':>6} {'p10':>6} {'p5':>6} {'min':>6}")
     for term in TERMS:
         for against in ("vs best", "vs least"):
             values = ratios.get((term, against))
             if not values:
                 continue
             quantiles = " ".join(f"{percentile(values, q):6.3f}" for q in (50, 10, 5))
-            print(f"{term:<6} {against:<9} {len(values):5d} {quantiles} {min(values):6.3f}")
-    zorse(args.eval_limit)
+            print(f"{term:<8} {against:<9} {len(values):5d} {quantiles} {min(values):6.3f}")
+    zorse(args.seconds)
 
 
 if __name__ == "__main__":

@@ -833,7 +833,9 @@ def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
     """`shape_bounds(within=True)` adds `ReplicaSlots.profile_floor` under `kind-profiles`:
     every shape's bound there is at most the best candidate the space holds in it (each
     profile of the shape split and scored with nothing pruned, `_Exhaustive`), and on some
-    shapes it lies above the bound over all plans (the floor is not idle)."""
+    shapes it lies above the bound over all plans (the floor is not idle). Mutation checks
+    done: an option's capacity per pool instead of per region, and the faster option's
+    speed replaced by the slower one's, each fail it."""
     above = 0
     shapes = 0
     for name, spec in _cases():

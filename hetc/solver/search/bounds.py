@@ -393,13 +393,14 @@ class Bounds(Incumbent):
                     straggler = slope * dp + at_zero
             slots = -(-total // dp)
             t = fill + (slots - 1) * straggler
-            paced = self.slots.floor(mbs, stages, dp, slots - 1, send)
-            if paced > t:
-                t = paced
-            if profiled:
-                paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send)
+            if t <= incumbent or not throughput:
+                paced = self.slots.floor(mbs, stages, dp, slots - 1, send)
                 if paced > t:
                     t = paced
+                if profiled and t <= incumbent:
+                    paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send)
+                    if paced > t:
+                        t = paced
             # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
             # wait at least the least send in each of the other slots, and on the others'
             # sends in the fill: sum_i (F - t_i) = (P - 1) F + 2 sum_i s_i

@@ -125,18 +125,25 @@ class ReplicaSlots:
         so F + m1 S >= 2 (P - 1) s + m1 s + W_E + (sum t'_i + m1 S'). For a given S' the
         least sum t'_i runs the fastest stages for S' each, so over S' the least of sum
         t'_i + m1 S' (convex, piecewise linear) is at a point where k stages run S' = W_B /
-        V_k, V_k the sum of u(i D) over i <= k: it is min over k of (k + m1) W_B / V_k."""
+        V_k, V_k the sum of u(i D) over i <= k: it is min over k of (k + m1) W_B / V_k.
+        That sequence, once it rises, keeps rising (if V_k >= (k + m1) u((k + 1) D), then
+        V_(k+1) >= (k + 1 + m1) u((k + 2) D), the speeds falling with k), so the scan stops
+        there; with every stage at the top speed it falls all the way, to k = P."""
         best = 0.0
+        need = stages * dp
         for small, work, (speeds, counts), _ in self.speeds(mbs):
-            least = math.inf
-            total = 0.0
-            for k in range(1, stages + 1):
-                at = bisect_left(counts, k * dp)
-                if at == len(counts):
-                    return math.inf
-                total += speeds[at]
-                value = (k + m1) * work / total
-                if value < least:
+            if counts[-1] < need:
+                return math.inf
+            if counts[0] >= need:
+                least = (stages + m1) * work / (stages * speeds[0])
+            else:
+                least = math.inf
+                total = 0.0
+                for k in range(1, stages + 1):
+                    total += speeds[bisect_left(counts, k * dp)]
+                    value = (k + m1) * work / total
+                    if value > least:
+                        break
                     least = value
             if small + least > best:
                 best = small + least
@@ -150,40 +157,40 @@ class ReplicaSlots:
         D (P - n) replicas within what it holds. With j stages at the speed of the fastest
         option holding j D replicas and P - j at that of the fastest holding (P - j) D
         (`speeds`, single; the two may be one), the least of sum t'_i + m1 S' of `floor`
-        over c1 stages at s1 and c2 at s2 < s1 is at k = c1 or k = c1 + c2 (on each side of
-        c1 it is monotone in k): min over j of those. Infinite where no option holds a
-        stage of D replicas, or no pair holds P."""
+        over c1 stages at s1 and c2 at s2 <= s1 is at k = c1 or k = c1 + c2 (on each side of
+        c1 it is monotone in k): min over j >= P / 2 of those, j and P - j giving the same
+        two speeds, and the option holding P - j stages at least as fast as the other.
+        With one option holding all P stages at the top speed, that is the least. Infinite
+        where no pair of options holds P stages."""
         best = 0.0
         for small, work, _, (speeds, counts) in self.speeds(mbs):
-            least = math.inf
-            last = len(counts)
-            for j in range(1, stages + 1):
-                at = bisect_left(counts, j * dp)
-                if at == last:
-                    break
-                fast, slow, rest = speeds[at], 0.0, stages - j
-                if rest:
-                    other = bisect_left(counts, rest * dp)
-                    if other == last:
+            if counts[0] >= stages * dp:
+                least = (stages + m1) * work / (stages * speeds[0])
+            else:
+                least = math.inf
+                last = len(counts)
+                for j in range(stages, (stages - 1) // 2, -1):
+                    at = bisect_left(counts, j * dp)
+                    if at == last:
                         continue
-                    slow = speeds[other]
-                value = _two_speeds(work, m1, j, fast, rest, slow)
-                if value < least:
-                    least = value
-            if least == math.inf:
-                return math.inf
+                    rest = stages - j
+                    # the option of the P - j <= j stages holds fewer replicas, so it may
+                    # be faster: it ranks first, then the j
+                    value = (stages + m1) * work / (stages * speeds[at])
+                    if rest:
+                        other = bisect_left(counts, rest * dp)
+                        if other == last:
+                            break
+                        first = speeds[other]
+                        value = min(
+                            (rest + m1) * work / (rest * first),
+                            (stages + m1) * work / (rest * first + j * speeds[at]),
+                        )
+                    if value < least:
+                        least = value
+                if least == math.inf:
+                    return math.inf
             if small + least > best:
                 best = small + least
         sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
         return (best + sends) * ROUNDING
-
-
-def _two_speeds(work: float, m1: int, x: int, a: float, y: int, b: float) -> float:
-    """min over k of (k + m1) W / V_k for x stages at speed a and y at speed b (`ReplicaSlots.
-    profile_floor`)."""
-    if y and b > a:
-        x, a, y, b = y, b, x, a
-    value = (x + m1) * work / (x * a)
-    if y:
-        value = min(value, (x + y + m1) * work / (x * a + y * b))
-    return value
