@@ -101,7 +101,7 @@ class ReplicaSlots:
         for v in sorted(set(speed), reverse=True):
             tau: dict[int, int] = {}
             for k, s in zip(model.kinds, speed, strict=True):
-                if s >= v and k.tp < tau.get(k.pool, math.inf):
+                if s >= v and (k.pool not in tau or k.tp < tau[k.pool]):
                     tau[k.pool] = k.tp
             held = sum(self.capacity[p] // t for p, t in tau.items())
             pooled[0].append(v)
