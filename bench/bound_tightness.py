@@ -64,7 +64,8 @@ def bound_parts(bounds: Search, mbs: int, stages: int, dp: int) -> tuple[float, 
     m1 = -(-(bounds.model.batch // mbs) // dp) - 1
     fill, straggler, sync = bounds.time_terms(mbs, stages, dp)
     send = bounds.least_send(mbs) if stages > 1 else 0.0
-    paced = max(fill + m1 * straggler, bounds.slots.floor(mbs, stages, dp, m1, send))
+    floor = bounds.slots.floor(mbs, stages, dp, m1, send, straggler - send)
+    paced = max(fill + m1 * straggler, floor)
     return (paced + sync, fill, m1 * straggler, paced, sync)
 
 

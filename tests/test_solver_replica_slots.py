@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import pytest
 from oracles.brute_force import candidates
@@ -28,6 +29,7 @@ from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.schema import Spec, check_text
 from hetc.solver.search import SearchOptions
 from hetc.solver.search.driver import Search
+from hetc.solver.search.replica_slots import least_paced
 
 SEEDS = 40
 
@@ -56,10 +58,10 @@ def test_every_candidate_fills_and_straggles_at_least_the_floor() -> None:
             mbs, stages, dp = shape.microbatch, shape.stages, shape.pipelines
             m1 = model.microbatches(shape) - 1
             send = bounds.least_send(mbs) if stages > 1 else 0.0
-            floor = bounds.slots.floor(mbs, stages, dp, m1, send)
+            fill, straggler, _ = bounds.time_terms(mbs, stages, dp)
+            floor = bounds.slots.floor(mbs, stages, dp, m1, send, straggler - send)
             paced = e.fill + m1 * e.straggler
             assert floor <= paced * (1 + 1e-12), (seed, shape, floor, paced)
-            fill, straggler, _ = bounds.time_terms(mbs, stages, dp)
             above += floor > (fill + m1 * straggler) * (1 + 1e-9)
         specs += seen > 0
     assert specs >= SEEDS // 2
@@ -219,3 +221,40 @@ zones:
     estimate = model.estimate(shape, (((a, 6),), ((a, 3), (b, 3)), ((b, 6),)))
     assert estimate.feasible
     assert bounds.sync_bound(3, 6) <= estimate.sync * (1 + 1e-12)
+
+
+def _paced_at(work: float, m1: int, speeds: list[float], straggler: float) -> float:
+    """sum t_i + m1 S' at S' = `straggler`, the least sum t_i found greedily: the fastest
+    stages run S' each, the next what is left (infinite where S' cannot cover the work)."""
+    if straggler * sum(speeds) < work * (1 - 1e-12):
+        return math.inf
+    left, total = work, 0.0
+    for speed in speeds:
+        run = min(straggler, left / speed)
+        total += run
+        left -= run * speed
+        if left <= 0:
+            break
+    return total + m1 * straggler
+
+
+def test_least_paced_is_the_least_over_every_straggler_above_low() -> None:
+    """Over random speed groups, work, m1 and lower bounds on S': `least_paced` equals the
+    least of sum t_i + m1 S' over S' at each break W / V_k at or above low and at low, each
+    evaluated greedily, and no S' of a fine grid above low does better."""
+    rng = random.Random(7)
+    for _ in range(400):
+        groups = [(rng.randint(1, 4), rng.uniform(0.1, 1.0)) for _ in range(rng.randint(1, 4))]
+        groups.sort(key=lambda g: -g[1])
+        speeds = [v for count, v in groups for _ in range(count)]
+        work, m1 = rng.uniform(0.5, 3.0), rng.randint(0, 12)
+        breaks = [work / sum(speeds[:k]) for k in range(1, len(speeds) + 1)]
+        low = rng.choice([0.0, rng.uniform(0.0, 2 * max(breaks))])
+        points = [b for b in breaks if b >= low] + ([low] if low > 0 else [])
+        expected = min(_paced_at(work, m1, speeds, p) for p in points)
+        found = least_paced(work, m1, low, groups)
+        assert found == pytest.approx(expected, rel=1e-9), (groups, work, m1, low)
+        top = max(points) * 2
+        for i in range(200):
+            point = low + (top - low) * i / 199
+            assert _paced_at(work, m1, speeds, point) >= found * (1 - 1e-9)

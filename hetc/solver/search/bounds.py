@@ -394,11 +394,12 @@ class Bounds(Incumbent):
             slots = -(-total // dp)
             t = fill + (slots - 1) * straggler
             if t <= incumbent or not throughput:
-                paced = self.slots.floor(mbs, stages, dp, slots - 1, send)
+                low = straggler - send
+                paced = self.slots.floor(mbs, stages, dp, slots - 1, send, low)
                 if paced > t:
                     t = paced
                 if profiled and t <= incumbent:
-                    paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send)
+                    paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send, low)
                     if paced > t:
                         t = paced
             # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
@@ -667,9 +668,9 @@ class Bounds(Incumbent):
             * max(static, *(slope * last + at_zero for slope, at_zero in lines)),
             m1 * max(static, *(slope * first + at_zero for slope, at_zero in lines)),
         )
-        t = max(t, self.slots.floor(mbs, stages, first, m1, send))
+        t = max(t, self.slots.floor(mbs, stages, first, m1, send, static - send))
         if within and "kind-profiles" in self.approx:
-            t = max(t, self.slots.profile_floor(mbs, stages, first, m1, send))
+            t = max(t, self.slots.profile_floor(mbs, stages, first, m1, send, static - send))
         if t == math.inf:
             return math.inf
         t += self.range_sync(stages, first)

@@ -111,10 +111,13 @@ class ReplicaSlots:
         work = sum((least[i] for i in core), 0.0)
         return (sum(least, 0.0) - work, work, pooled, single)
 
-    def floor(self, mbs: int, stages: int, dp: int, m1: int, send: float) -> float:
+    def floor(
+        self, mbs: int, stages: int, dp: int, m1: int, send: float, low: float = 0.0
+    ) -> float:
         """F + m1 S >= this for every candidate of (m, P, D), m1 = ceil(T / D) - 1, `send`
-        the least send between two pools (0 for one stage); infinite where the pools
-        cannot supply P x D replicas.
+        the least send between two pools (0 for one stage), `low` a lower bound on S - s
+        (the straggler floor of `Bounds.period_terms` less the send: a stage of ceil(L / P)
+        blocks, say); infinite where the pools cannot supply P x D replicas.
 
         A stage's time t_i is its slowest kind's, so t_i >= W_B(R_i) / v_i + W_E(R_i) with
         v_i the least speed of its replicas. Ranked fastest first, the j fastest stages
@@ -122,75 +125,93 @@ class ReplicaSlots:
         speed n replicas may all have (`speeds`). With P > 1 each stage sends at least
         once, so t_i <= S - s, and the fill sends 2 (P - 1) times. With t'_i = t_i -
         W_E(R_i): sum t_i = W_E + sum t'_i, t'_i <= S' = S - s and sum t'_i u(i D) >= W_B,
-        so F + m1 S >= 2 (P - 1) s + m1 s + W_E + (sum t'_i + m1 S'). For a given S' the
-        least sum t'_i runs the fastest stages for S' each, so over S' the least of sum
-        t'_i + m1 S' (convex, piecewise linear) is at a point where k stages run S' = W_B /
-        V_k, V_k the sum of u(i D) over i <= k: it is min over k of (k + m1) W_B / V_k.
-        That sequence, once it rises, keeps rising (if V_k >= (k + m1) u((k + 1) D), then
-        V_(k+1) >= (k + 1 + m1) u((k + 2) D), the speeds falling with k), so the scan stops
-        there; with every stage at the top speed it falls all the way, to k = P."""
+        so F + m1 S >= 2 (P - 1) s + m1 s + W_E + min over S' >= low of (sum t'_i + m1 S')
+        (`least_paced`)."""
         best = 0.0
         need = stages * dp
         for small, work, (speeds, counts), _ in self.speeds(mbs):
             if counts[-1] < need:
                 return math.inf
-            if counts[0] >= need:
-                least = (stages + m1) * work / (stages * speeds[0])
-            else:
-                least = math.inf
-                total = 0.0
-                for k in range(1, stages + 1):
-                    total += speeds[bisect_left(counts, k * dp)]
-                    value = (k + m1) * work / total
-                    if value > least:
-                        break
-                    least = value
+            groups: list[tuple[int, float]] = []
+            placed = 0
+            at = bisect_left(counts, dp)
+            while placed < stages:
+                upto = min(stages, counts[at] // dp)
+                groups.append((upto - placed, speeds[at]))
+                placed = upto
+                at += 1
+            least = least_paced(work, m1, low, groups)
             if small + least > best:
                 best = small + least
         sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
         return (best + sends) * ROUNDING
 
-    def profile_floor(self, mbs: int, stages: int, dp: int, m1: int, send: float) -> float:
+    def profile_floor(
+        self, mbs: int, stages: int, dp: int, m1: int, send: float, low: float = 0.0
+    ) -> float:
         """`floor` for the candidates of `kind-profiles` (module `profiles`): a profile runs
         n stages on one option and P - n on another, each option one device and TP in one
         pool or one region, so its stages run at two speeds at most, each option's D n or
-        D (P - n) replicas within what it holds. With j stages at the speed of the fastest
-        option holding j D replicas and P - j at that of the fastest holding (P - j) D
-        (`speeds`, single; the two may be one), the least of sum t'_i + m1 S' of `floor`
-        over c1 stages at s1 and c2 at s2 <= s1 is at k = c1 or k = c1 + c2 (on each side of
-        c1 it is monotone in k): min over j >= P / 2 of those, j and P - j giving the same
-        two speeds, and the option holding P - j stages at least as fast as the other.
-        With one option holding all P stages at the top speed, that is the least. Infinite
-        where no pair of options holds P stages."""
+        D (P - n) replicas within what it holds: j stages at most at the speed of the
+        fastest option holding j D replicas and P - j at that of the fastest holding
+        (P - j) D (`speeds`, single; the two may be one). The least over j >= P / 2 (j and
+        P - j give the same two speeds; the option holding P - j stages is the faster).
+        Infinite where no pair of options holds P stages."""
         best = 0.0
         for small, work, _, (speeds, counts) in self.speeds(mbs):
-            if counts[0] >= stages * dp:
-                least = (stages + m1) * work / (stages * speeds[0])
-            else:
-                least = math.inf
-                last = len(counts)
-                for j in range(stages, (stages - 1) // 2, -1):
-                    at = bisect_left(counts, j * dp)
-                    if at == last:
-                        continue
-                    rest = stages - j
-                    # the option of the P - j <= j stages holds fewer replicas, so it may
-                    # be faster: it ranks first, then the j
-                    value = (stages + m1) * work / (stages * speeds[at])
-                    if rest:
-                        other = bisect_left(counts, rest * dp)
-                        if other == last:
-                            break
-                        first = speeds[other]
-                        value = min(
-                            (rest + m1) * work / (rest * first),
-                            (stages + m1) * work / (rest * first + j * speeds[at]),
-                        )
-                    if value < least:
-                        least = value
-                if least == math.inf:
-                    return math.inf
+            least = math.inf
+            last = len(counts)
+            for j in range(stages, (stages - 1) // 2, -1):
+                at = bisect_left(counts, j * dp)
+                if at == last:
+                    continue
+                rest = stages - j
+                groups = [(j, speeds[at])]
+                if rest:
+                    other = bisect_left(counts, rest * dp)
+                    if other == last:
+                        break
+                    groups.insert(0, (rest, speeds[other]))
+                value = least_paced(work, m1, low, groups)
+                if value < least:
+                    least = value
+            if least == math.inf:
+                return math.inf
             if small + least > best:
                 best = small + least
         sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
         return (best + sends) * ROUNDING
+
+
+def least_paced(work: float, m1: int, low: float, groups: list[tuple[int, float]]) -> float:
+    """min of sum t_i + m1 S' over S' >= `low` and t_i in [0, S'] with sum t_i v_i >= `work`,
+    the stages' speeds v_i given as `groups` (count, speed), fastest first.
+
+    For a given S' the least sum t_i runs the fastest stages for S' each and the next for
+    what is left, so the least of sum t_i + m1 S' is convex and piecewise linear in S',
+    with its breaks where k stages run S' = W / V_k exactly (V_k the first k speeds summed;
+    there it is (k + m1) W / V_k). Over S' >= low the least is at such a break or at low.
+    Inside a group of speed v, (k + m1) W / V_k is monotone in k: from k to k + 1 it rises
+    where V_k > (k + m1) v, and where it rises inside a group it rose already into the
+    group's first break, from the previous group's last. So of the breaks at or above low
+    only each group's last counts. At low, the k stages with V_k <=
+    W / low run low each and the next runs what is left: k low + (W - low V_k) / v_(k+1)
+    + m1 low."""
+    best = math.inf
+    total = 0.0
+    done = 0
+    limit = work / low if low > 0 else math.inf
+    for count, speed in groups:
+        if count <= 0:
+            continue
+        room = limit - total
+        fit = count if room >= count * speed else int(room // speed)
+        if fit >= 1:
+            best = min(best, (done + fit + m1) * work / (total + fit * speed))
+        if fit < count:
+            full = total + fit * speed
+            at_low = (done + fit) * low + (work - low * full) / speed + m1 * low
+            return min(best, at_low)
+        total += count * speed
+        done += count
+    return best
