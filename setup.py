@@ -27,6 +27,7 @@ COMPILED = [
     "hetc/solver/search/mix_cost.py",
     "hetc/solver/search/replica_slots.py",
     "hetc/solver/search/stage_shares.py",
+    "hetc/solver/search/windows.py",
     "hetc/solver/search/counts.py",
     "hetc/solver/search/exact.py",
     "hetc/solver/search/options.py",

@@ -31,10 +31,10 @@ from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.costmodel.profile import LayerProfile
 from hetc.schema import Spec, check_file, check_text
 from hetc.solver.search import SearchOptions, search
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.driver import Search
 from hetc.solver.search.pairs import BuiltAsRead, PairAt, most_stages
 from hetc.solver.search.reach import NO_ROOM
+from hetc.solver.search.windows import Option
 
 SEEDS = range(48)
 PROFILES = frozenset({"kind-profiles"})
@@ -861,3 +861,34 @@ def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
                     above += bound > every[dp - 1] * (1 + 1e-9)
     assert shapes > 100
     assert above > 0
+
+
+def test_a_profile_across_two_regions_pays_one_send_between_them() -> None:
+    """Four stages of two pipelines on A100 pools of four devices in two regions: no region
+    holds the profile, so each of its profiles sends once across the regions, and the
+    two-option floor counts that send (finite only through it). It stays under the best
+    candidate of each such shape (every profile split and scored, `_Exhaustive`) and above
+    the floor that ignores the regions. Mutation check done: the send across counted three
+    times fails it."""
+    text = _one_pool_zones("across", [("a", "r1", 4, "3.67"), ("b", "r2", 4, "3.67")])
+    spec = _zones("max_throughput", text=text)
+    model = PlanningModel(spec)
+    options = SearchOptions(approximations=PROFILES)
+    exhaustive = _Exhaustive(model, options)
+    bounds = Search(model, options)
+    checked = 0
+    for mbs in model.microbatch_sizes():
+        stages, dp = 4, 2
+        m1 = -(-(model.batch // mbs) // dp) - 1
+        send = bounds.least_send(mbs)
+        _, straggler, _ = bounds.time_terms(mbs, stages, dp)
+        across = bounds.least_send_across(mbs)
+        floor = bounds.slots.profile_floor(mbs, stages, dp, m1, send, straggler - send, across)
+        assert bounds.slots.profile_floor(mbs, stages, dp, m1, send, straggler - send) == math.inf
+        exhaustive._searching = 0.0
+        best = exhaustive.shape(mbs, stages, dp)
+        assert best is not None and floor < math.inf
+        assert bounds.shape_bounds(mbs, stages, dp, dp, within=True)[0] <= best * (1 + 1e-12)
+        assert floor > bounds.slots.floor(mbs, stages, dp, m1, send, straggler - send)
+        checked += 1
+    assert checked

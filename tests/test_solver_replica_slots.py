@@ -72,9 +72,9 @@ def test_speeds_count_the_replicas_each_pool_holds_at_each_speed() -> None:
     """By hand, on the catalog's A100 beside V100 in one zone: each kind's speed is the
     largest ratio, over the core layers (those that are not small; those timed like the
     median layer), of the fastest time to its own; at a speed v a pool holds devices /
-    (least TP of its kinds at least that fast) replicas, summed over the pools, and one
+    (least TP of its kinds at least that fast) replicas, summed over the pools; one
     `kind-profiles` option (one device and TP in the zone's one region) at most the most
-    any single pool holds."""
+    any single pool holds, and a second one the second most."""
     text = """version: 1
 name: slots
 model: {preset: GPT-3-1.3B}
@@ -101,12 +101,13 @@ zones:
     assert len(typical) < len(big) < len(least)
     tables = bounds.slots.speeds(1)
     assert len(tables) == 2
-    for core, (small, work, pooled, single) in zip((big, typical), tables, strict=True):
+    for core, (small, work, pooled, single, regional) in zip((big, typical), tables, strict=True):
         assert work == pytest.approx(sum(least[i] for i in core), rel=1e-12)
         assert small == pytest.approx(sum(least) - work, rel=1e-12)
         speed = {k: max(least[i] / row[i] for i in core) for k, row in rows.items()}
         expected = []
         alone = []
+        second = []
         for v in sorted(set(speed.values()), reverse=True):
             held = 0
             most = 0
@@ -121,11 +122,19 @@ zones:
                     most = max(most, model.pools[pool].pool.quota // min(fast))
             expected.append((v, held))
             alone.append(most)
+            caps = sorted(
+                (model.pools[model.kinds[k].pool].pool.quota // model.kinds[k].tp)
+                for k in speed
+                if speed[k] >= v
+            )
+            second.append(caps[-2] if len(caps) > 1 else 0)
         assert [pytest.approx(v, rel=1e-12) for v, _ in expected] == pooled[0] == single[0]
         assert [n for _, n in expected] == pooled[1]
         assert alone == single[1]
+        assert second == single[2]
         assert pooled[1][0] < pooled[1][-1] == 6 + 16
         assert single[1][-1] == 16
+        assert regional == [single]
 
 
 def test_the_floor_is_infinite_when_the_pools_cannot_supply_the_replicas() -> None:

@@ -7,7 +7,9 @@ candidate's fill, straggler and sync must be at least its shape's terms. Mutatio
 done: `step_floor` without the division by P (the largest stage's step taken for the whole
 model's), and without the division by D under ZeRO, each fails
 `test_every_candidate_has_each_time_term_at_least_the_bound`; `sync_bound` without
-`step_floor` fails `test_the_step_floor_lifts_the_sync_of_one_pipeline`.
+`step_floor` fails `test_the_step_floor_lifts_the_sync_of_one_pipeline`; `Windows.least_ends`
+summing the two end stages' least times instead of taking the larger fails
+`test_every_candidate_has_each_time_term_at_least_the_bound`.
 """
 
 from __future__ import annotations

@@ -31,20 +31,17 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
 from collections.abc import Sequence
 from operator import sub
 
 from hetc.costmodel.network import FLAT, effective_bandwidth
 from hetc.costmodel.planning import PlanningModel
 from hetc.solver.cover import StageCover
-from hetc.solver.search.incumbent import (
-    Incumbent,
-    SearchOptions,
-)
+from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.mix_cost import MixCost
 from hetc.solver.search.replica_slots import ReplicaSlots
 from hetc.solver.search.stage_shares import StageShares
+from hetc.solver.search.windows import Windows
 
 SHAPES_FLOOR_POPS = 4096
 """Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
@@ -55,11 +52,8 @@ wider one split in two under their own range bounds: by the driver's best-first 
 (`Search._pop_shape`) and by `Bounds.shapes_floor`, the same trade of one `range_bound` per
 half against one `shape_bounds` per D; it changes the work, never the result."""
 
-Option = tuple[int, ...]
-"""A stage option of `kind-profiles`: replica kind indices sharing one device and TP."""
 
-
-class Bounds(Incumbent):
+class Bounds(Windows):
     """Lower bounds on the objective of shapes and ranges of shapes."""
 
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
@@ -83,18 +77,14 @@ class Bounds(Incumbent):
         self._cheapest = min((slot.pool.price for slot in model.pools), default=0.0)
         """USD per device-second of the cheapest pool: rate >= devices x this."""
         self._min_tp = min((k.tp for k in model.kinds), default=1)
-        self._tp_degrees = sorted({k.tp for k in model.kinds})
         self._shape_terms: dict[tuple[int, int], tuple[float, float, float, float]] = {}
         self._periods: dict[
             tuple[int, int, int], tuple[float, float, tuple[tuple[float, float], ...], float]
         ] = {}
         self._least_sends: dict[int, float] = {}
+        self._least_sends_across: dict[int, float] = {}
         self._work_costs: dict[int, float] = {}
         self._price_order: list[tuple[float, int, int]] | None = None
-        self._time_prefixes: dict[tuple[int, int], list[float]] = {}
-        self._windows: dict[tuple[int, int], list[float]] = {}
-        self._class_windows: dict[tuple[str, int, int], list[float]] = {}
-        self._least_windows: dict[tuple[int, int, int], float] = {}
         self._flat_links: bool | None = None
         self._update: float | None = None
         self.mixes = MixCost(model, self.capacity, self._min_tp)
@@ -117,13 +107,6 @@ class Bounds(Incumbent):
                 prefix.append(prefix[-1] + least)
             self._layer_best[key] = prefix
         return self._layer_best[key]
-
-    def tp_cap(self, max_tp: int) -> int:
-        """The largest TP degree of any kind at most `max_tp`, 0 if none: the bounds depend on
-        a TP cap only through it."""
-        degrees = self._tp_degrees
-        at = bisect_right(degrees, max_tp)
-        return degrees[at - 1] if at else 0
 
     def device_work(self, mbs: int) -> tuple[list[float], list[float]]:
         """Prefix sums of each layer's least device-seconds (TP x time) on any kind, and each
@@ -399,7 +382,9 @@ class Bounds(Incumbent):
                 if paced > t:
                     t = paced
                 if profiled and t <= incumbent:
-                    paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send, low)
+                    paced = self.slots.profile_floor(
+                        mbs, stages, dp, slots - 1, send, low, self.least_send_across(mbs)
+                    )
                     if paced > t:
                         t = paced
             # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
@@ -454,18 +439,6 @@ class Bounds(Incumbent):
         cap = math.inf if self.time_cap is None else self.time_cap
         return self.mixes.cost(mbs, stages, dp, sync, send, tp, cap)
 
-    def least_window(self, mbs: int, max_tp: int, blocks: int) -> float:
-        """The least time of `blocks` consecutive blocks on any kind of TP at most `max_tp`:
-        one of P stages holds ceil(L / P) blocks, and its slowest kind takes at least this."""
-        tp = self.tp_cap(max_tp)
-        key = (mbs, tp, blocks)
-        window = self._least_windows.get(key)
-        if window is None:
-            kinds = [k for k in self.model.kinds if k.tp <= tp] or list(self.model.kinds)
-            window = min(self.window((k.index,), mbs, blocks) for k in kinds)
-            self._least_windows[key] = window
-        return window
-
     def period_terms(
         self, mbs: int, stages: int, max_tp: int
     ) -> tuple[float, float, tuple[tuple[float, float], ...], float]:
@@ -474,8 +447,9 @@ class Bounds(Incumbent):
         `range_bound`. With P > 1 every stage sends to a neighbour and each of the P - 1
         boundaries is crossed both ways in the fill, so F >= F_lb + 2 (P - 1) s and S >= t_i
         + s on every stage: S >= F / P, the worst layer + s, the ceil(L / P)-block window +
-        s. Device-time conservation over t_i <= S - sends_i: with g_i the sigma-weighted
-        devices of stage i (`device_work`), S x sum g_i >= D x W + sum g_i x sends_i, and
+        s, and each end stage's least time + s (`least_ends`). Device-time conservation
+        over t_i <= S - sends_i: with g_i the sigma-weighted devices of stage i
+        (`device_work`), S x sum g_i >= D x W + sum g_i x sends_i, and
         sum g_i <= G_eff, so S >= D x W / G_eff + s. From P = 3 on, the inner stages send
         both ways and each end stage holds at most D x TP_max sigma-weighted devices (sigma
         <= 1, TP_max the largest TP of any kind: one replica may take more than the
@@ -490,6 +464,8 @@ class Bounds(Incumbent):
             fill += 2 * (stages - 1) * send
             blocks = -(-self.model.blocks // stages)
             window = self.least_window(mbs, max_tp, blocks)
+            if stages > 1:
+                window = max(window, self.least_ends(mbs, max_tp))
             static = max(fill / stages, worst_layer + send, window + send)
             lines: tuple[tuple[float, float], ...] = ()
             if free > 0:
@@ -510,6 +486,28 @@ class Bounds(Incumbent):
             pools = sorted({self.model.kinds[k].pool for k in kept})
             send = min((self.model.send(a, b, mbs) for a in pools for b in pools), default=0.0)
             self._least_sends[mbs] = send
+        return send
+
+    def least_send_across(self, mbs: int) -> float:
+        """The least time a microbatch's activations take between pools of two regions
+        (infinite in one region): a boundary between stages in two regions sends at least
+        this."""
+        send = self._least_sends_across.get(mbs)
+        if send is None:
+            model = self.model
+            (kept,) = model.classes.keep(tuple(k.index for k in model.kinds))
+            pools = sorted({model.kinds[k].pool for k in kept})
+            region = [model.pools[p].zone.region for p in pools]
+            send = min(
+                (
+                    model.send(a, b, mbs)
+                    for x, a in enumerate(pools)
+                    for y, b in enumerate(pools)
+                    if region[x] != region[y]
+                ),
+                default=math.inf,
+            )
+            self._least_sends_across[mbs] = send
         return send
 
     def terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
@@ -670,7 +668,10 @@ class Bounds(Incumbent):
         )
         t = max(t, self.slots.floor(mbs, stages, first, m1, send, static - send))
         if within and "kind-profiles" in self.approx:
-            t = max(t, self.slots.profile_floor(mbs, stages, first, m1, send, static - send))
+            across = self.least_send_across(mbs)
+            t = max(
+                t, self.slots.profile_floor(mbs, stages, first, m1, send, static - send, across)
+            )
         if t == math.inf:
             return math.inf
         t += self.range_sync(stages, first)
@@ -728,42 +729,3 @@ class Bounds(Incumbent):
                 if shape < math.inf:
                     heapq.heappush(heap, (max(bound, shape), mbs, stages, dp, -dp))
         return heap[0][0] if heap else math.inf
-
-    def window(self, option: Option, mbs: int, blocks: int) -> float:
-        """The least time of `blocks` consecutive blocks on the option: of P stages one holds
-        at least ceil(L / P) blocks, so the straggler is at least this on its option."""
-        kind = option[0]
-        windows = self._windows_of(kind, mbs)
-        window = windows[blocks]
-        if window < 0.0:
-            prefix = self._time_prefix(kind, mbs)
-            last = self.model.blocks + 1
-            window = min(map(sub, prefix[1 + blocks : last + 1], prefix[1 : last - blocks + 1]))
-            windows[blocks] = window
-        return window
-
-    def _windows_of(self, kind: int, mbs: int) -> list[float]:
-        """The `window`s of the kind by number of blocks, -1 until asked for, one list per
-        device, TP and microbatch size, on which a kind's times alone depend: the bounds
-        ask for windows of a few block counts on every host, again and again."""
-        key = (kind, mbs)
-        windows = self._windows.get(key)
-        if windows is None:
-            k = self.model.kinds[kind]
-            same = (k.device, k.tp, mbs)
-            windows = self._class_windows.get(same)
-            if windows is None:
-                windows = self._class_windows[same] = [-1.0] * (self.model.blocks + 1)
-            self._windows[key] = windows
-        return windows
-
-    def _time_prefix(self, kind: int, mbs: int) -> list[float]:
-        """Forward + backward prefix sums of `kind` at `mbs`, for bisecting stage ends."""
-        key = (kind, mbs)
-        prefix = self._time_prefixes.get(key)
-        if prefix is None:
-            k = self.model.kinds[kind]
-            t = self.model.tables(k.device, k.tp, mbs)
-            prefix = [f + b for f, b in zip(t.forward, t.backward, strict=True)]
-            self._time_prefixes[key] = prefix
-        return prefix

@@ -6,9 +6,9 @@ replicas their quotas hold.
 from __future__ import annotations
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.exact import Exact
 from hetc.solver.search.incumbent import SearchOptions
+from hetc.solver.search.windows import Option
 
 
 class Options(Exact):

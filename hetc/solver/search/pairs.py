@@ -10,8 +10,8 @@ from functools import cache
 from typing import NamedTuple
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.incumbent import SearchOptions
+from hetc.solver.search.windows import Option
 from hetc.solver.search.zones import Zones, _mirrored
 
 

@@ -33,9 +33,9 @@ from __future__ import annotations
 import math
 
 from hetc.costmodel.planning import Shape
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.exact import _Partial
 from hetc.solver.search.reach import Reach
+from hetc.solver.search.windows import Option
 
 CUT_SLACK = 1 + 1e-9
 """Relative slack on a bound that ends a sorted scan: the sort key and the bound are rounded

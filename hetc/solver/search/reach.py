@@ -7,9 +7,9 @@ cover's relaxation (`cover.most_pipelines`).
 from __future__ import annotations
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.splits import Splits
+from hetc.solver.search.windows import Option
 
 NO_ROOM = 1 << 30
 """What `Reach.reach_sums` counts for a stage that holds no block: more than any model

@@ -30,8 +30,13 @@ Steps = tuple[list[float], list[int]]
 """Speeds v descending and counts n ascending: at most n replicas have a speed of at least v
 (`ReplicaSlots.speeds`)."""
 
-Table = tuple[float, float, Steps, Steps]
-"""(W_E, W_B, steps over every pool, steps of one `kind-profiles` option)."""
+OptionSteps = tuple[list[float], list[int], list[int]]
+"""Speeds v descending, and the most replicas one `kind-profiles` option of speed at least v
+holds and the most that a second one holds (`ReplicaSlots.speeds`)."""
+
+Table = tuple[float, float, Steps, OptionSteps, list[OptionSteps]]
+"""(W_E, W_B, steps over every pool, steps of the options, and of the options of each
+region)."""
 
 
 class ReplicaSlots:
@@ -61,9 +66,10 @@ class ReplicaSlots:
         look fast on the blocks). A replica of speed at least v on pool p is a kind of that
         pool with v_k >= v, so it takes at least tau(p, v) devices, the least TP of such
         kinds there: at most sum_p floor(devices_p / tau(p, v)) replicas, and at most the
-        devices the search may use over the least such TP. An option of speed at least v
-        holds at most its region's devices of that device, within what the search may use,
-        over its TP (an option of one pool holds no more than the region's)."""
+        devices the search may use over the least such TP. The options are those of
+        `kind-profiles`: each pool's and, where a region has several pools of one device and
+        TP, the set of them (`Options.stage_options` offers a subset); each holds its pools'
+        devices, within what the search may use, over its TP."""
         tables = self._tables.get(mbs)
         if tables is None:
             model = self.model
@@ -93,11 +99,17 @@ class ReplicaSlots:
             key = (k.device, k.tp, model.pools[k.pool].zone.region)
             options.setdefault(key, (v, set()))[1].add(k.pool)
         held_one = [
-            (v, min(sum(self.capacity[p] for p in pools), self.total_devices) // tp)
-            for (_, tp, _), (v, pools) in options.items()
+            (v, min(sum(self.capacity[p] for p in pools), self.total_devices) // tp, region)
+            for (_, tp, region), (v, pools) in options.items()
         ]
+        held_one += [
+            (v, min(self.capacity[p], self.total_devices) // tp, region)
+            for (_, tp, region), (v, pools) in options.items()
+            if len(pools) > 1
+            for p in pools
+        ]
+        regions = sorted({region for _, _, region in held_one})
         pooled: Steps = ([], [])
-        single: Steps = ([], [])
         for v in sorted(set(speed), reverse=True):
             tau: dict[int, int] = {}
             for k, s in zip(model.kinds, speed, strict=True):
@@ -106,10 +118,12 @@ class ReplicaSlots:
             held = sum(self.capacity[p] // t for p, t in tau.items())
             pooled[0].append(v)
             pooled[1].append(min(held, self.total_devices // min(tau.values())))
-            single[0].append(v)
-            single[1].append(max(n for u, n in held_one if u >= v))
+        single = _option_steps([(v, n) for v, n, _ in held_one])
+        regional = [
+            _option_steps([(v, n) for v, n, r in held_one if r == region]) for region in regions
+        ]
         work = sum((least[i] for i in core), 0.0)
-        return (sum(least, 0.0) - work, work, pooled, single)
+        return (sum(least, 0.0) - work, work, pooled, single, regional)
 
     def floor(
         self, mbs: int, stages: int, dp: int, m1: int, send: float, low: float = 0.0
@@ -129,7 +143,7 @@ class ReplicaSlots:
         (`least_paced`)."""
         best = 0.0
         need = stages * dp
-        for small, work, (speeds, counts), _ in self.speeds(mbs):
+        for small, work, (speeds, counts), _, _ in self.speeds(mbs):
             if counts[-1] < need:
                 return math.inf
             groups: list[tuple[int, float]] = []
@@ -147,7 +161,14 @@ class ReplicaSlots:
         return (best + sends) * ROUNDING
 
     def profile_floor(
-        self, mbs: int, stages: int, dp: int, m1: int, send: float, low: float = 0.0
+        self,
+        mbs: int,
+        stages: int,
+        dp: int,
+        m1: int,
+        send: float,
+        low: float = 0.0,
+        across: float = math.inf,
     ) -> float:
         """`floor` for the candidates of `kind-profiles` (module `profiles`): a profile runs
         n stages on one option and P - n on another, each option one device and TP in one
@@ -156,31 +177,75 @@ class ReplicaSlots:
         fastest option holding j D replicas and P - j at that of the fastest holding
         (P - j) D (`speeds`, single; the two may be one). The least over j >= P / 2 (j and
         P - j give the same two speeds; the option holding P - j stages is the faster).
-        Infinite where no pair of options holds P stages."""
+        Both options in one region: the options of that region only. In two regions, one
+        boundary sends across them, at least `across` (the least send between regions)
+        instead of s: the fill sends it both ways, and S' = S - s >= across - s. Infinite
+        where no pair of options holds P stages."""
         best = 0.0
-        for small, work, _, (speeds, counts) in self.speeds(mbs):
+        for small, work, _, single, regional in self.speeds(mbs):
             least = math.inf
-            last = len(counts)
-            for j in range(stages, (stages - 1) // 2, -1):
-                at = bisect_left(counts, j * dp)
-                if at == last:
-                    continue
-                rest = stages - j
-                groups = [(j, speeds[at])]
-                if rest:
-                    other = bisect_left(counts, rest * dp)
-                    if other == last:
-                        break
-                    groups.insert(0, (rest, speeds[other]))
-                value = least_paced(work, m1, low, groups)
-                if value < least:
-                    least = value
+            for steps in regional:
+                least = min(least, _two_options(work, m1, low, steps, stages, dp, stages))
+            if across < math.inf and len(regional) > 1 and stages > 1:
+                extra = across - send
+                split = _two_options(work, m1, max(low, extra), single, stages, dp, stages - 1)
+                least = min(least, split + 2 * extra)
             if least == math.inf:
                 return math.inf
             if small + least > best:
                 best = small + least
         sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
         return (best + sends) * ROUNDING
+
+
+def _option_steps(options: list[tuple[float, int]]) -> OptionSteps:
+    """`OptionSteps` of options given as (speed, replicas held)."""
+    steps: OptionSteps = ([], [], [])
+    for v in sorted({u for u, _ in options}, reverse=True):
+        held = sorted((n for u, n in options if u >= v), reverse=True)
+        steps[0].append(v)
+        steps[1].append(held[0])
+        steps[2].append(held[1] if len(held) > 1 else 0)
+    return steps
+
+
+def _two_options(
+    work: float, m1: int, low: float, steps: OptionSteps, stages: int, dp: int, most: int
+) -> float:
+    """min over j = `most` down to P / 2 of `least_paced` for j stages on one option of
+    `steps` and P - j on another (`ReplicaSlots.profile_floor`): with g1(n) the speed of the
+    fastest option holding n replicas and g2(n) that of the fastest second one, the j run
+    at most at a = g1(j D), the P - j at most at b = g1((P - j) D), and the slower of the
+    two options, both holding (P - j) D, at most at c = g2((P - j) D); where a > c, one of
+    the two runs at most at c. One option alone holds the P stages at g1(P D). Infinite
+    where no pair holds P stages."""
+    speeds, first, second = steps
+    last = len(first)
+    least = math.inf
+    for j in range(most, (stages - 1) // 2, -1):
+        at = bisect_left(first, j * dp)
+        if at == last:
+            continue
+        rest = stages - j
+        a = speeds[at]
+        if not rest:
+            value = least_paced(work, m1, low, [(j, a)])
+        else:
+            other = bisect_left(first, rest * dp)
+            both = bisect_left(second, rest * dp)
+            if both == last:
+                break
+            b, c = speeds[other], speeds[both]
+            if a <= c:
+                value = least_paced(work, m1, low, [(rest, b), (j, a)])
+            else:
+                value = min(
+                    least_paced(work, m1, low, [(rest, b), (j, c)]),
+                    least_paced(work, m1, low, [(j, a), (rest, c)]),
+                )
+        if value < least:
+            least = value
+    return least
 
 
 def least_paced(work: float, m1: int, low: float, groups: list[tuple[int, float]]) -> float:

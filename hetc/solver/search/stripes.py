@@ -9,9 +9,9 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.exact import _Partial
 from hetc.solver.search.profiles import Profiles
+from hetc.solver.search.windows import Option
 
 
 class Stripes(Profiles):

@@ -10,9 +10,9 @@ import math
 from itertools import pairwise
 
 from hetc.costmodel.planning import PlanningModel
-from hetc.solver.search.bounds import Option
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.options import Options
+from hetc.solver.search.windows import Option
 
 
 class Zones(Options):
