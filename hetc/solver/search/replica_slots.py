@@ -40,7 +40,8 @@ region)."""
 
 
 class ReplicaSlots:
-    """The floor of `floor` and its per-microbatch speed tables, cached."""
+    """The floors `floor` and `profile_floor` and their per-microbatch speed tables,
+    cached."""
 
     def __init__(self, model: PlanningModel, capacity: Sequence[int], total_devices: int) -> None:
         self.model = model
@@ -51,11 +52,12 @@ class ReplicaSlots:
         self._tables: dict[int, list[Table]] = {}
 
     def speeds(self, mbs: int) -> list[Table]:
-        """Per choice of core layers B, (W_E, W_B, pooled, single): the model's time with
-        each layer on its fastest kind, split into the layers outside B (E) and those in B;
-        and steps (v, n), v descending, n ascending: at most n replicas of all the search
-        may rent have a speed of at least v (pooled), and at most n replicas of one
-        `kind-profiles` option, one device and TP in one region (single).
+        """Per choice of core layers B, (W_E, W_B, pooled, single, regional): the model's
+        time with each layer on its fastest kind, split into the layers outside B (E) and
+        those in B; steps (v, n), v descending, n ascending: at most n replicas of all the
+        search may rent have a speed of at least v (pooled); and per speed v the most
+        replicas one `kind-profiles` option of speed at least v holds, and a second one
+        (single: `OptionSteps`), and the same over each region's options (regional).
 
         A kind's speed v_k = max over the layers of B of (the layer's fastest time) / (its
         time on k), so any run of layers R takes at least W_B(R) / v_k + W_E(R) on k. Two
@@ -175,8 +177,8 @@ class ReplicaSlots:
         pool or one region, so its stages run at two speeds at most, each option's D n or
         D (P - n) replicas within what it holds: j stages at most at the speed of the
         fastest option holding j D replicas and P - j at that of the fastest holding
-        (P - j) D (`speeds`, single; the two may be one). The least over j >= P / 2 (j and
-        P - j give the same two speeds; the option holding P - j stages is the faster).
+        (P - j) D, two options unless one holds all P (`_two_options`). The least over j >=
+        P / 2 (j and P - j give the same two speeds).
         Both options in one region: the options of that region only. In two regions, one
         boundary sends across them, at least `across` (the least send between regions)
         instead of s: the fill sends it both ways, and S' = S - s >= across - s. Infinite
