@@ -834,8 +834,8 @@ def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
     every shape's bound there is at most the best candidate the space holds in it (each
     profile of the shape split and scored with nothing pruned, `_Exhaustive`), and on some
     shapes it lies above the bound over all plans (the floor is not idle). Mutation checks
-    done: an option's capacity per pool instead of per region, and the faster option's
-    speed replaced by the slower one's, each fail it."""
+    done: options per pool only (no region-wide option), and the second option's speed
+    bound halved, each fail it."""
     above = 0
     shapes = 0
     for name, spec in _cases():
@@ -863,32 +863,35 @@ def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
     assert above > 0
 
 
-def test_a_profile_across_two_regions_pays_one_send_between_them() -> None:
-    """Four stages of two pipelines on A100 pools of four devices in two regions: no region
-    holds the profile, so each of its profiles sends once across the regions, and the
-    two-option floor counts that send (finite only through it). It stays under the best
-    candidate of each such shape (every profile split and scored, `_Exhaustive`) and above
-    the floor that ignores the regions. Mutation check done: the send across counted three
-    times fails it."""
-    text = _one_pool_zones("across", [("a", "r1", 4, "3.67"), ("b", "r2", 4, "3.67")])
-    spec = _zones("max_throughput", text=text)
-    model = PlanningModel(spec)
+def test_the_two_options_of_a_profile_are_two() -> None:
+    """One A100 pool of 4 devices beside 16 V100: two stages of D = 4 cannot both run on
+    the A100, so the two-option floor, which takes the second option no faster than the
+    second-fastest option holding 4 replicas, lies above the same floor with one option
+    counted twice; and it stays under the best candidate the space holds in the shape
+    (every profile split and scored, `_Exhaustive`)."""
+    text = _with_zones(
+        "two",
+        "  - name: a\n"
+        "    region: r1\n"
+        "    pools:\n"
+        "      - {device: A100-40GB, quota: 4, gpus_per_node: 4, price: 3.67 USD/h}\n"
+        "      - {device: V100-16GB, quota: 16, gpus_per_node: 4, price: 2.86 USD/h}\n",
+    )
+    model = PlanningModel(_zones("max_throughput", text=text))
     options = SearchOptions(approximations=PROFILES)
     exhaustive = _Exhaustive(model, options)
     bounds = Search(model, options)
-    checked = 0
-    for mbs in model.microbatch_sizes():
-        stages, dp = 4, 2
-        m1 = -(-(model.batch // mbs) // dp) - 1
-        send = bounds.least_send(mbs)
-        _, straggler, _ = bounds.time_terms(mbs, stages, dp)
-        across = bounds.least_send_across(mbs)
-        floor = bounds.slots.profile_floor(mbs, stages, dp, m1, send, straggler - send, across)
-        assert bounds.slots.profile_floor(mbs, stages, dp, m1, send, straggler - send) == math.inf
-        exhaustive._searching = 0.0
-        best = exhaustive.shape(mbs, stages, dp)
-        assert best is not None and floor < math.inf
-        assert bounds.shape_bounds(mbs, stages, dp, dp, within=True)[0] <= best * (1 + 1e-12)
-        assert floor > bounds.slots.floor(mbs, stages, dp, m1, send, straggler - send)
-        checked += 1
-    assert checked
+    twice = Search(model, options)
+    for table in twice.slots.speeds(1):
+        _, first, second = table[3]
+        second[:] = first
+    stages, dp, mbs = 2, 4, 1
+    m1 = -(-(model.batch // mbs) // dp) - 1
+    send = bounds.least_send(mbs)
+    _, straggler, _ = bounds.time_terms(mbs, stages, dp)
+    floor = bounds.slots.profile_floor(mbs, stages, dp, m1, send, straggler - send)
+    assert floor > twice.slots.profile_floor(mbs, stages, dp, m1, send, straggler - send)
+    exhaustive._searching = 0.0
+    best = exhaustive.shape(mbs, stages, dp)
+    assert best is not None
+    assert bounds.shape_bounds(mbs, stages, dp, dp, within=True)[0] <= best * (1 + 1e-12)

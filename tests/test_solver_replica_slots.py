@@ -101,7 +101,7 @@ zones:
     assert len(typical) < len(big) < len(least)
     tables = bounds.slots.speeds(1)
     assert len(tables) == 2
-    for core, (small, work, pooled, single, regional) in zip((big, typical), tables, strict=True):
+    for core, (small, work, pooled, single) in zip((big, typical), tables, strict=True):
         assert work == pytest.approx(sum(least[i] for i in core), rel=1e-12)
         assert small == pytest.approx(sum(least) - work, rel=1e-12)
         speed = {k: max(least[i] / row[i] for i in core) for k, row in rows.items()}
@@ -134,7 +134,6 @@ zones:
         assert second == single[2]
         assert pooled[1][0] < pooled[1][-1] == 6 + 16
         assert single[1][-1] == 16
-        assert regional == [single]
 
 
 def test_the_floor_is_infinite_when_the_pools_cannot_supply_the_replicas() -> None:

@@ -82,7 +82,6 @@ class Bounds(Windows):
             tuple[int, int, int], tuple[float, float, tuple[tuple[float, float], ...], float]
         ] = {}
         self._least_sends: dict[int, float] = {}
-        self._least_sends_across: dict[int, float] = {}
         self._work_costs: dict[int, float] = {}
         self._price_order: list[tuple[float, int, int]] | None = None
         self._flat_links: bool | None = None
@@ -382,9 +381,7 @@ class Bounds(Windows):
                 if paced > t:
                     t = paced
                 if profiled and t <= incumbent:
-                    paced = self.slots.profile_floor(
-                        mbs, stages, dp, slots - 1, send, low, self.least_send_across(mbs)
-                    )
+                    paced = self.slots.profile_floor(mbs, stages, dp, slots - 1, send, low)
                     if paced > t:
                         t = paced
             # every pipeline's devices are paid for ceil(T / D) microbatches' work; they
@@ -486,28 +483,6 @@ class Bounds(Windows):
             pools = sorted({self.model.kinds[k].pool for k in kept})
             send = min((self.model.send(a, b, mbs) for a in pools for b in pools), default=0.0)
             self._least_sends[mbs] = send
-        return send
-
-    def least_send_across(self, mbs: int) -> float:
-        """The least time a microbatch's activations take between pools of two regions
-        (infinite in one region): a boundary between stages in two regions sends at least
-        this."""
-        send = self._least_sends_across.get(mbs)
-        if send is None:
-            model = self.model
-            (kept,) = model.classes.keep(tuple(k.index for k in model.kinds))
-            pools = sorted({model.kinds[k].pool for k in kept})
-            region = [model.pools[p].zone.region for p in pools]
-            send = min(
-                (
-                    model.send(a, b, mbs)
-                    for x, a in enumerate(pools)
-                    for y, b in enumerate(pools)
-                    if region[x] != region[y]
-                ),
-                default=math.inf,
-            )
-            self._least_sends_across[mbs] = send
         return send
 
     def terms(self, mbs: int, max_tp: int) -> tuple[float, float, float, float]:
@@ -668,10 +643,7 @@ class Bounds(Windows):
         )
         t = max(t, self.slots.floor(mbs, stages, first, m1, send, static - send))
         if within and "kind-profiles" in self.approx:
-            across = self.least_send_across(mbs)
-            t = max(
-                t, self.slots.profile_floor(mbs, stages, first, m1, send, static - send, across)
-            )
+            t = max(t, self.slots.profile_floor(mbs, stages, first, m1, send, static - send))
         if t == math.inf:
             return math.inf
         t += self.range_sync(stages, first)

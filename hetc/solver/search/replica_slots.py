@@ -34,9 +34,8 @@ OptionSteps = tuple[list[float], list[int], list[int]]
 """Speeds v descending, and the most replicas one `kind-profiles` option of speed at least v
 holds and the most that a second one holds (`ReplicaSlots.speeds`)."""
 
-Table = tuple[float, float, Steps, OptionSteps, list[OptionSteps]]
-"""(W_E, W_B, steps over every pool, steps of the options, and of the options of each
-region)."""
+Table = tuple[float, float, Steps, OptionSteps]
+"""(W_E, W_B, steps over every pool, steps of the `kind-profiles` options)."""
 
 
 class ReplicaSlots:
@@ -52,12 +51,12 @@ class ReplicaSlots:
         self._tables: dict[int, list[Table]] = {}
 
     def speeds(self, mbs: int) -> list[Table]:
-        """Per choice of core layers B, (W_E, W_B, pooled, single, regional): the model's
-        time with each layer on its fastest kind, split into the layers outside B (E) and
-        those in B; steps (v, n), v descending, n ascending: at most n replicas of all the
-        search may rent have a speed of at least v (pooled); and per speed v the most
-        replicas one `kind-profiles` option of speed at least v holds, and a second one
-        (single: `OptionSteps`), and the same over each region's options (regional).
+        """Per choice of core layers B, (W_E, W_B, pooled, single): the model's time with
+        each layer on its fastest kind, split into the layers outside B (E) and those in B;
+        steps (v, n), v descending, n ascending: at most n replicas of all the search may
+        rent have a speed of at least v (pooled); and per speed v the most replicas one
+        `kind-profiles` option of speed at least v holds, and a second one (single:
+        `OptionSteps`).
 
         A kind's speed v_k = max over the layers of B of (the layer's fastest time) / (its
         time on k), so any run of layers R takes at least W_B(R) / v_k + W_E(R) on k. Two
@@ -101,16 +100,15 @@ class ReplicaSlots:
             key = (k.device, k.tp, model.pools[k.pool].zone.region)
             options.setdefault(key, (v, set()))[1].add(k.pool)
         held_one = [
-            (v, min(sum(self.capacity[p] for p in pools), self.total_devices) // tp, region)
-            for (_, tp, region), (v, pools) in options.items()
+            (v, min(sum(self.capacity[p] for p in pools), self.total_devices) // tp)
+            for (_, tp, _), (v, pools) in options.items()
         ]
         held_one += [
-            (v, min(self.capacity[p], self.total_devices) // tp, region)
-            for (_, tp, region), (v, pools) in options.items()
+            (v, min(self.capacity[p], self.total_devices) // tp)
+            for (_, tp, _), (v, pools) in options.items()
             if len(pools) > 1
             for p in pools
         ]
-        regions = sorted({region for _, _, region in held_one})
         pooled: Steps = ([], [])
         for v in sorted(set(speed), reverse=True):
             tau: dict[int, int] = {}
@@ -120,12 +118,8 @@ class ReplicaSlots:
             held = sum(self.capacity[p] // t for p, t in tau.items())
             pooled[0].append(v)
             pooled[1].append(min(held, self.total_devices // min(tau.values())))
-        single = _option_steps([(v, n) for v, n, _ in held_one])
-        regional = [
-            _option_steps([(v, n) for v, n, r in held_one if r == region]) for region in regions
-        ]
         work = sum((least[i] for i in core), 0.0)
-        return (sum(least, 0.0) - work, work, pooled, single, regional)
+        return (sum(least, 0.0) - work, work, pooled, _option_steps(held_one))
 
     def floor(
         self, mbs: int, stages: int, dp: int, m1: int, send: float, low: float = 0.0
@@ -145,7 +139,7 @@ class ReplicaSlots:
         (`least_paced`)."""
         best = 0.0
         need = stages * dp
-        for small, work, (speeds, counts), _, _ in self.speeds(mbs):
+        for small, work, (speeds, counts), _ in self.speeds(mbs):
             if counts[-1] < need:
                 return math.inf
             groups: list[tuple[int, float]] = []
@@ -163,14 +157,7 @@ class ReplicaSlots:
         return (best + sends) * ROUNDING
 
     def profile_floor(
-        self,
-        mbs: int,
-        stages: int,
-        dp: int,
-        m1: int,
-        send: float,
-        low: float = 0.0,
-        across: float = math.inf,
+        self, mbs: int, stages: int, dp: int, m1: int, send: float, low: float = 0.0
     ) -> float:
         """`floor` for the candidates of `kind-profiles` (module `profiles`): a profile runs
         n stages on one option and P - n on another, each option one device and TP in one
@@ -178,20 +165,11 @@ class ReplicaSlots:
         D (P - n) replicas within what it holds: j stages at most at the speed of the
         fastest option holding j D replicas and P - j at that of the fastest holding
         (P - j) D, two options unless one holds all P (`_two_options`). The least over j >=
-        P / 2 (j and P - j give the same two speeds).
-        Both options in one region: the options of that region only. In two regions, one
-        boundary sends across them, at least `across` (the least send between regions)
-        instead of s: the fill sends it both ways, and S' = S - s >= across - s. Infinite
-        where no pair of options holds P stages."""
+        P / 2 (j and P - j give the same two speeds). Infinite where no pair of options
+        holds P stages."""
         best = 0.0
-        for small, work, _, single, regional in self.speeds(mbs):
-            least = math.inf
-            for steps in regional:
-                least = min(least, _two_options(work, m1, low, steps, stages, dp, stages))
-            if across < math.inf and len(regional) > 1 and stages > 1:
-                extra = across - send
-                split = _two_options(work, m1, max(low, extra), single, stages, dp, stages - 1)
-                least = min(least, split + 2 * extra)
+        for small, work, _, single in self.speeds(mbs):
+            least = _two_options(work, m1, low, single, stages, dp)
             if least == math.inf:
                 return math.inf
             if small + least > best:
@@ -212,19 +190,21 @@ def _option_steps(options: list[tuple[float, int]]) -> OptionSteps:
 
 
 def _two_options(
-    work: float, m1: int, low: float, steps: OptionSteps, stages: int, dp: int, most: int
+    work: float, m1: int, low: float, steps: OptionSteps, stages: int, dp: int
 ) -> float:
-    """min over j = `most` down to P / 2 of `least_paced` for j stages on one option of
+    """min over j = P down to P / 2 of `least_paced` for j stages on one option of
     `steps` and P - j on another (`ReplicaSlots.profile_floor`): with g1(n) the speed of the
     fastest option holding n replicas and g2(n) that of the fastest second one, the j run
     at most at a = g1(j D), the P - j at most at b = g1((P - j) D), and the slower of the
     two options, both holding (P - j) D, at most at c = g2((P - j) D); where a > c, one of
     the two runs at most at c. One option alone holds the P stages at g1(P D). Infinite
-    where no pair holds P stages."""
+    where no pair holds P stages, as where no option holds half of them."""
     speeds, first, second = steps
     last = len(first)
     least = math.inf
-    for j in range(most, (stages - 1) // 2, -1):
+    if first[-1] < (stages - stages // 2) * dp:
+        return least
+    for j in range(stages, (stages - 1) // 2, -1):
         at = bisect_left(first, j * dp)
         if at == last:
             continue
