@@ -166,16 +166,18 @@ class ReplicaSlots:
         fastest option holding j D replicas and P - j at that of the fastest holding
         (P - j) D, two options unless one holds all P (`_two_options`). The least over j >=
         P / 2 (j and P - j give the same two speeds). Infinite where no pair of options
-        holds P stages."""
-        best = 0.0
-        for small, work, _, single in self.speeds(mbs):
-            least = _two_options(work, m1, low, single, stages, dp)
-            if least == math.inf:
-                return math.inf
-            if small + least > best:
-                best = small + least
+        holds P stages. On the first choice of core layers only (`speeds`): the driver
+        computes this for every shape it lists under the incumbent, so it must be cheap
+        (what the second choice would add: docs/planner.md, Measurements)."""
+        tables = self.speeds(mbs)
+        if not tables:
+            return 0.0
+        small, work, _, single = tables[0]
+        least = _two_options(work, m1, low, single, stages, dp)
+        if least == math.inf:
+            return math.inf
         sends = (2 * (stages - 1) + m1) * send if stages > 1 else 0.0
-        return (best + sends) * ROUNDING
+        return (small + least + sends) * ROUNDING
 
 
 def _option_steps(options: list[tuple[float, int]]) -> OptionSteps:
