@@ -20,6 +20,12 @@ other stages, their sends and the sync, at the cheapest price (`idle_cost`); and
 least over the sets of device types of the time on them alone x their rate in whole nodes
 (`mix_cost`, module `mix_cost`).
 
+F + (m - 1) S is also at least the replica-speed floor (`replica_slots`: a stage runs at
+its slowest replica's pace and needs D of them), and within the `kind-profiles` space its
+two-option form; the sync bound counts the shares of the gradients the largest and the end
+stages hold and the tied all-reduce (`stage_shares`); the straggler floor counts the end
+stages' token table and head (`windows`).
+
 Two relaxations on whole blocks and whole TP degrees (`cover.StageCover`) cut further: no
 (m, P) has more pipelines than its stages' memory lets the devices hold (`reach.last_dp`);
 and on one device type, for max_throughput, a shape is searched only if P stages of at
@@ -182,10 +188,10 @@ class Bounds(Windows):
         least D x (least TP) devices, so when no zone has that many every stage's ring
         crosses zones, and when the zones cannot hold P such stages whole at least one does
         (`sync_terms`), the latencies and that stage's share of the ring across them
-        (`StageShares.least`). The largest stage's ring is at least its share of that
-        ring, and the
-        first stage's at least the end share plus the tied embedding's all-reduce, which it
-        also waits for (`StageShares`; the tied all-reduce alone with one pipeline).
+        (`StageShares.least`). The largest stage's ring is at least its share of that ring,
+        and the first stage's at least the end share plus the tied embedding's all-reduce,
+        which it also waits for (`StageShares`; the tied all-reduce alone with one
+        pipeline).
         Without `whole_ring`, no term that grows with the bytes (the latency, zone and tied
         terms), and without `steps` no step (`range_sync`)."""
         step = self.step_floor(stages, dp) if steps else 0.0

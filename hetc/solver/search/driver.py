@@ -5,7 +5,9 @@ module each, into one class (each module's class extends the one below it, so ea
 only what lies under it):
 
 - `incumbent`: the candidates found so far, the best K of distinct signature, the limits;
-- `bounds`: lower bounds on the objective of a shape and of a range of shapes;
+- `windows`: the least time of runs of layers on each kind;
+- `bounds`: lower bounds on the objective of a shape and of a range of shapes (with
+  `mix_cost`, `replica_slots` and `stage_shares`, which it holds);
 - `counts`: the replica-count programme at a leaf;
 - `exact`: the exact branch and bound over stages, with its dominance rule;
 - `options`, `zones`, `pairs`, `splits`, `reach`, `profiles`: the `kind-profiles`
