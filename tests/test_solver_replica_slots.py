@@ -33,6 +33,20 @@ from hetc.solver.search.replica_slots import least_paced
 
 SEEDS = 40
 
+A100_BESIDE_V100 = """version: 1
+name: slots
+model: {preset: GPT-3-1.3B}
+training: {global_batch_size: 64, seq_len: 1024, precision: fp16, zero_stage: 1}
+objective: max_throughput
+zones:
+  - name: z
+    region: r
+    pools:
+      - {device: A100-40GB, quota: 6, gpus_per_node: 2}
+      - {device: V100-16GB, quota: 16, gpus_per_node: 4}
+"""
+"""6 A100 (2 a node) beside 16 V100 (4 a node) in one zone: two speeds, three TP degrees."""
+
 
 def _spec(text: str) -> Spec:
     result = check_text(text, "case.yaml")
@@ -75,19 +89,7 @@ def test_speeds_count_the_replicas_each_pool_holds_at_each_speed() -> None:
     (least TP of its kinds at least that fast) replicas, summed over the pools; one
     `kind-profiles` option (one device and TP in the zone's one region) at most the most
     any single pool holds, and a second one the second most."""
-    text = """version: 1
-name: slots
-model: {preset: GPT-3-1.3B}
-training: {global_batch_size: 64, seq_len: 1024, precision: fp16, zero_stage: 1}
-objective: max_throughput
-zones:
-  - name: z
-    region: r
-    pools:
-      - {device: A100-40GB, quota: 6, gpus_per_node: 2}
-      - {device: V100-16GB, quota: 16, gpus_per_node: 4}
-"""
-    model = PlanningModel(_spec(text))
+    model = PlanningModel(_spec(A100_BESIDE_V100))
     bounds = Search(model, SearchOptions())
     rows = {k.index: model.layer_compute(k.device, k.tp, 1) for k in model.kinds}
     least = [min(column) for column in zip(*rows.values(), strict=True)]
@@ -139,19 +141,7 @@ zones:
 def test_the_floor_is_infinite_when_the_pools_cannot_supply_the_replicas() -> None:
     """P x D replicas of at least the least TP each: 22 devices hold 22 TP-1 replicas, so
     (P, D) = (2, 11) has a finite floor and (2, 12) none."""
-    text = """version: 1
-name: slots
-model: {preset: GPT-3-1.3B}
-training: {global_batch_size: 64, seq_len: 1024, precision: fp16, zero_stage: 1}
-objective: max_throughput
-zones:
-  - name: z
-    region: r
-    pools:
-      - {device: A100-40GB, quota: 6, gpus_per_node: 2}
-      - {device: V100-16GB, quota: 16, gpus_per_node: 4}
-"""
-    bounds = Search(PlanningModel(_spec(text)), SearchOptions())
+    bounds = Search(PlanningModel(_spec(A100_BESIDE_V100)), SearchOptions())
     assert bounds.slots.floor(1, 2, 11, 5, 0.0) < math.inf
     assert bounds.slots.floor(1, 2, 12, 5, 0.0) == math.inf
 

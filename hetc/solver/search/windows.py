@@ -57,14 +57,9 @@ class Windows(Incumbent):
         if ends is None:
             kinds = [k for k in self.model.kinds if k.tp <= tp] or list(self.model.kinds)
             last = self.model.blocks
-            first = min(
-                self._time_prefix(k.index, mbs)[2] - self._time_prefix(k.index, mbs)[0]
-                for k in kinds
-            )
-            tail = min(
-                self._time_prefix(k.index, mbs)[last + 2] - self._time_prefix(k.index, mbs)[last]
-                for k in kinds
-            )
+            prefixes = [self._time_prefix(k.index, mbs) for k in kinds]
+            first = min(prefix[2] - prefix[0] for prefix in prefixes)
+            tail = min(prefix[last + 2] - prefix[last] for prefix in prefixes)
             ends = self._least_ends[key] = max(first, tail)
         return ends
 
