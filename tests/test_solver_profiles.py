@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from oracles.instances import binding_instance, random_instance
+from oracles.profiles_space import ExhaustiveProfiles
 
 from hetc.catalog import ModelArchitecture
 from hetc.costmodel.compute import ComputeModel
@@ -34,7 +35,6 @@ from hetc.solver.search import SearchOptions, search
 from hetc.solver.search.driver import Search
 from hetc.solver.search.pairs import BuiltAsRead, PairAt, most_stages
 from hetc.solver.search.reach import NO_ROOM
-from hetc.solver.search.windows import Option
 
 SEEDS = range(48)
 PROFILES = frozenset({"kind-profiles"})
@@ -169,45 +169,6 @@ def _cases() -> list[tuple[str, Spec]]:
     return cases
 
 
-class _Exhaustive(Search):
-    """The same space with nothing pruned: no incumbent bound, no budget or time-cap bound
-    (the searcher forgets both; the estimate at each leaf still checks them), no cost floor
-    (prices of 0), no straggler ceiling, no cap on D but counting's (neither the memory
-    cap nor the profile cap), no mirror images of identical zones left out, no pair left
-    out for missing a pool the search must use: each profile is split and scored at a leaf
-    (which still drops a candidate that rents no forced pool)."""
-
-    def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
-        super().__init__(model, options)
-        self.budget = None
-        self.time_cap = None
-
-    def bound(self) -> float:
-        return math.inf
-
-    def violates(self, t: float, rate: float, egress: float = 0.0) -> bool:
-        return False
-
-    def _straggler_ceiling(self, fixed: float, m1: int, rate: float) -> float:
-        return math.inf
-
-    def last_dp(self, mbs: int, stages: int) -> int:
-        return self.dp_cap(mbs, stages)
-
-    def _least_prices(self, mbs: int, dp: int) -> tuple[float, float]:
-        return 0.0, 0.0
-
-    def pairs(self, mbs: int, dp: int, alone: bool = False) -> list[PairAt]:
-        rows = super().pairs(mbs, dp, alone)
-        return [r._replace(pair=r.pair._replace(per_stage=0.0, per_pass=0.0)) for r in rows]
-
-    def zone_swaps(self) -> list[dict[int, int]]:
-        return []
-
-    def may_use_forced(self, slow: Option, fast: Option) -> bool:
-        return True
-
-
 def _best(
     spec: Spec, searcher: type[Search], must_use: frozenset[int] = frozenset()
 ) -> float | None:
@@ -239,7 +200,7 @@ def test_pruned_profiles_find_the_exhaustive_optimum() -> None:
     third signature's value must keep every candidate that could be among them."""
     feasible = 0
     for name, spec in _cases():
-        exhaustive = _top(spec, _Exhaustive, 3)
+        exhaustive = _top(spec, ExhaustiveProfiles, 3)
         pruned = _top(spec, Search, 3)
         assert len(pruned) == len(exhaustive), (name, pruned, exhaustive)
         assert all(_same(a, b) for a, b in zip(pruned, exhaustive, strict=True)), name
@@ -259,7 +220,7 @@ def test_a_forced_pool_gives_the_exhaustive_optimum_among_plans_renting_it() -> 
     for objective, pool in cases:
         spec = _zones(objective)
         forced = frozenset({pool})
-        exhaustive = _best(spec, _Exhaustive, forced)
+        exhaustive = _best(spec, ExhaustiveProfiles, forced)
         assert exhaustive is not None
         assert _same(_best(spec, Search, forced), exhaustive), (objective, pool)
 
@@ -295,7 +256,7 @@ def test_a_capacity_bound_too_small_is_caught(monkeypatch: pytest.MonkeyPatch) -
         return true_bound(self, mbs, stages, dp) / 2
 
     for name, spec in _cases():
-        exhaustive = _best(spec, _Exhaustive)
+        exhaustive = _best(spec, ExhaustiveProfiles)
         with monkeypatch.context() as patch:
             patch.setattr(Search, "most_capacity", halved)
             pruned = _best(spec, Search)
@@ -518,7 +479,7 @@ def test_mirror_images_of_identical_zones_score_the_same() -> None:
     options = SearchOptions(approximations=PROFILES)
     searcher = Search(model, options)
     kept = {(row.slow, row.fast) for row in searcher.pair_rows(1)}
-    every = {(row.slow, row.fast) for row in _Exhaustive(model, options).pair_rows(1)}
+    every = {(row.slow, row.fast) for row in ExhaustiveProfiles(model, options).pair_rows(1)}
     position = {
         (slot.zone.name, slot.pool.name, k.tp): k.index
         for k in model.kinds
@@ -832,7 +793,7 @@ def test_the_profile_cap_is_the_largest_d_whose_reaches_add_up() -> None:
 def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
     """`shape_bounds(within=True)` adds `ReplicaSlots.profile_floor` under `kind-profiles`:
     every shape's bound there is at most the best candidate the space holds in it (each
-    profile of the shape split and scored with nothing pruned, `_Exhaustive`), and on some
+    profile of the shape split and scored with nothing pruned, `ExhaustiveProfiles`), and on some
     shapes it lies above the bound over all plans (the floor is not idle). Mutation checks
     done: options per pool only (no region-wide option), and the second option's speed
     bound halved, each fail it."""
@@ -841,7 +802,7 @@ def test_the_two_option_floor_bounds_every_shape_of_the_space() -> None:
     for name, spec in _cases():
         model = PlanningModel(spec)
         options = SearchOptions(approximations=PROFILES)
-        exhaustive = _Exhaustive(model, options)
+        exhaustive = ExhaustiveProfiles(model, options)
         bounds = Search(model, options)
         for mbs in model.microbatch_sizes():
             for stages in range(1, model.blocks + 1):
@@ -868,7 +829,7 @@ def test_the_two_options_of_a_profile_are_two() -> None:
     the A100, so the two-option floor, which takes the second option no faster than the
     second-fastest option holding 4 replicas, lies above the same floor with one option
     counted twice; and it stays under the best candidate the space holds in the shape
-    (every profile split and scored, `_Exhaustive`)."""
+    (every profile split and scored, `ExhaustiveProfiles`)."""
     text = _with_zones(
         "two",
         "  - name: a\n"
@@ -879,7 +840,7 @@ def test_the_two_options_of_a_profile_are_two() -> None:
     )
     model = PlanningModel(_zones("max_throughput", text=text))
     options = SearchOptions(approximations=PROFILES)
-    exhaustive = _Exhaustive(model, options)
+    exhaustive = ExhaustiveProfiles(model, options)
     bounds = Search(model, options)
     twice = Search(model, options)
     for table in twice.slots.speeds(1):

@@ -94,6 +94,13 @@ class Search(Stripes):
         """Shapes their solver gave up on (`ShapeSolver.solve` answered False)."""
         self._unfinished_bound = math.inf
         """The least bound of those shapes: their candidates not found may score that low."""
+        self._range_floors = (
+            self._solver.name == "kind-profiles"
+            and self.objective == "max_throughput"
+            and self.budget is None
+        )
+        """Whether a range of D popped under an incumbent is first bounded over its
+        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space, for time."""
 
     def run(self) -> SearchResult:
         stop = ""
@@ -271,6 +278,26 @@ class Search(Stripes):
         it only improves, so they would never be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
+        if entry == 0 and incumbent < math.inf and self._range_floors:
+            end = self._same_passes(mbs, dp)[1]
+            if end < last:
+                start, end = self._same_passes(mbs, (dp + last) // 2)
+                cut = end if end < last else start - 1
+                for first, stop in ((dp, cut), (cut + 1, last)):
+                    bound = max(lb, self.range_bound(mbs, stages, first, stop, within=True))
+                    if bound <= incumbent:
+                        heapq.heappush(queue, (bound, 0, mbs, stages, first, stop))
+                return None
+            if last > dp:
+                floor = self.range_floor(mbs, stages, dp, last)
+                if floor > incumbent:
+                    return None
+            for bound, _, _, shape_dp in self._listed(
+                mbs, stages, dp, min(last, self.last_dp(mbs, stages))
+            ):
+                if bound <= incumbent:
+                    heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
+            return None
         if entry == 0:
             if last - dp + 1 > RANGE_SPAN:
                 middle = (dp + last) // 2
@@ -297,6 +324,17 @@ class Search(Stripes):
                 return None
         self._searching = lb
         return mbs, stages, dp
+
+    def _same_passes(self, mbs: int, dp: int) -> tuple[int, int]:
+        """The first and last D whose pipelines run as many microbatches as D = `dp`'s,
+        m = ceil(T / D): D from ceil(T / m) to floor((T - 1) / (m - 1)) (to `dp_cap` for
+        m = 1)."""
+        total = self.model.batch // mbs
+        passes = -(-total // dp)
+        start = -(-total // passes)
+        if passes == 1:
+            return start, max(dp, self.dp_cap(mbs, 1))
+        return start, (total - 1) // (passes - 1)
 
     def _listed(
         self, mbs: int, stages: int, first: int = 1, last: int | None = None

@@ -35,6 +35,7 @@ import math
 from hetc.costmodel.planning import Shape
 from hetc.solver.search.exact import _Partial
 from hetc.solver.search.reach import Reach
+from hetc.solver.search.replica_slots import ROUNDING, least_paced
 from hetc.solver.search.windows import Option
 
 CUT_SLACK = 1 + 1e-9
@@ -156,23 +157,19 @@ class Profiles(Reach):
             ring_alone = max(ring_slow, tail_slow)
             ring_both = max(max(ring_slow, ring_fast), tail_fast)
             for n in lengths:
-                capacity = n / sp_s + (stages - n) / sp_f
+                sends, pads = _sends_and_pads(n, stages, s_ss, s_sf, s_ff, sp_s, sp_f)
                 if n == stages:
-                    fixed = fill + 2 * (n - 1) * s_ss + ring_alone
                     egress = (n - 1) * e_ss + n * r_s
-                    pads = 2 * (n - 1) * s_ss / sp_s
+                    ring = ring_alone
                 else:
-                    sends = (n - 1) * s_ss + s_sf + (stages - n - 1) * s_ff
-                    fixed = fill + 2 * sends + ring_both
                     egress = (n - 1) * e_ss + e_sf + (stages - n - 1) * e_ff
                     egress += n * r_s + (stages - n) * r_f
-                    pads = (
-                        2 * (n - 1) * s_ss / sp_s
-                        + s_sf * (1 / sp_s + 1 / sp_f)
-                        + 2 * (stages - n - 1) * s_ff / sp_f
-                    )
-                floor = max((share + pads) / capacity, window)
-                lb_t = fixed + m1 * floor
+                    ring = ring_both
+                fixed = fill + 2 * sends + ring
+                paced, floor = _paced(
+                    fill + 2 * sends, share + pads, n, stages, sp_s, sp_f, m1, window
+                )
+                lb_t = ring + paced
                 # the rate matters only to a cost or a budget
                 rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
                 if self.violates(lb_t, rate, egress):
@@ -199,6 +196,61 @@ class Profiles(Reach):
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
 
+    def range_floor(self, mbs: int, stages: int, first: int, last: int) -> float:
+        """A lower bound on the iteration time of every profile of (m, P, D) for each D in
+        first..last that could beat the incumbent, infinite where none could: for
+        max_throughput without a budget (`range_floors` says when the driver asks). Each
+        term of `profiles`' per-profile bound taken where the range makes it least: m1 at
+        D = last, the quotas, hosts, fill and sync at D = first (`range_sync`; no option's
+        own ring, which need not grow with D on a measured link), the split's memory at
+        D = last with its fewest microbatches in flight (a stage's peak memory never grows
+        with D: `tables.peak_memory`). So the pairs and run lengths at `first` hold every
+        profile of the range, and a greedy fill that fails under the largest straggler a
+        profile could win with (`_straggler_ceiling`) fails at every D of the range. One
+        pass over the pair table and about one fill per profile under the incumbent,
+        where listing the range would solve each D's shape."""
+        model = self.model
+        m1 = -(-(model.batch // mbs) // last) - 1
+        fill_lb = self.layer_best(mbs, self.affordable_tp(stages, first))[-1]
+        sync_lb = self.range_sync(stages, first)
+        bound = self.bound()
+        limit = bound if self.time_cap is None else min(bound, self.time_cap)
+        largest = -(-model.blocks // stages)
+        queue: list[tuple[float, Option, Option, int, float, float]] = []
+        for row in self.pairs(mbs, first, stages == 1):
+            pair, most = row[0], row[5]
+            if most < stages:
+                break
+            slow, fast, share, sp_s, sp_f, s_ss, s_sf, s_ff = pair[:8]
+            fill = max(fill_lb, pair.fill)
+            room = limit - fill - sync_lb
+            passes = m1 * share
+            if passes > 0 and passes * (1 - 2e-9) > room * (stages / sp_f - 1 / sp_f + 1 / sp_s):
+                continue
+            lengths = self.within(
+                self.run_lengths(slow, fast, stages, first), stages, room, passes, sp_s, sp_f
+            )
+            if not lengths:
+                continue
+            window = self.window(slow, mbs, largest)
+            if slow != fast:
+                window = min(window, self.window(fast, mbs, largest))
+            for n in lengths:
+                sends, pads = _sends_and_pads(n, stages, s_ss, s_sf, s_ff, sp_s, sp_f)
+                paced, floor = _paced(
+                    fill + 2 * sends, share + pads, n, stages, sp_s, sp_f, m1, window
+                )
+                if sync_lb + paced <= limit:
+                    queue.append((sync_lb + paced, slow, fast, n, fill + 2 * sends, floor))
+        queue.sort()
+        for value, slow, fast, n, fixed, floor in queue:
+            self.check_limits()
+            sequence = (slow,) * n + (fast,) * (stages - n)
+            ceiling = self._straggler_ceiling(fixed + sync_lb, m1, 0.0)
+            if self.min_max_split(sequence, mbs, last, floor, ceiling, probe=True) is not None:
+                return value
+        return math.inf
+
 
 def _cost_floor(
     fixed: float, passes: float, stages: int, dp: int, per_stage: float, per_pass: float
@@ -210,3 +262,49 @@ def _cost_floor(
     cost >= fixed x P x D x per_stage + passes x D x per_pass (rate / capacity is a mediant
     of the stages' tp x price x speed)."""
     return fixed * stages * dp * per_stage + passes * dp * per_pass
+
+
+def _sends_and_pads(
+    n: int, stages: int, s_ss: float, s_sf: float, s_ff: float, sp_s: float, sp_f: float
+) -> tuple[float, float]:
+    """(the sends one way along a profile of n stages on the slow option and P - n on the
+    fast one, those sends as work: each boundary's send over the whole-model time of each
+    stage it touches), from the pair's sends per boundary (`Pair`)."""
+    if n == stages:
+        return (n - 1) * s_ss, 2 * (n - 1) * s_ss / sp_s
+    sends = (n - 1) * s_ss + s_sf + (stages - n - 1) * s_ff
+    pads = (
+        2 * (n - 1) * s_ss / sp_s
+        + s_sf * (1 / sp_s + 1 / sp_f)
+        + 2 * (stages - n - 1) * s_ff / sp_f
+    )
+    return sends, pads
+
+
+def _paced(
+    fill: float,
+    work: float,
+    n: int,
+    stages: int,
+    sp_s: float,
+    sp_f: float,
+    m1: int,
+    window: float,
+) -> tuple[float, float]:
+    """(F + m1 S at least, S at least) for a profile of n stages on the slow option and
+    P - n on the fast one, whose whole-model times are sp_s and sp_f: `fill` bounds F (its
+    layers on the faster option, its sends both ways), and a stage's time with its sends
+    u_i over its option's whole-model time adds up to at least `work` (`Pairs.work_share`
+    and the sends as work), so S >= work / capacity and S >= `window`; jointly, F = sum
+    u_i with u_i <= S, so F + m1 S >= `least_paced` of the n and P - n stages at speeds
+    1 / sp_s and 1 / sp_f."""
+    capacity = n / sp_s + (stages - n) / sp_f
+    floor = max(work / capacity, window)
+    if n == stages:
+        groups = [(n, 1 / sp_s)]
+    elif sp_f <= sp_s:
+        groups = [(stages - n, 1 / sp_f), (n, 1 / sp_s)]
+    else:
+        groups = [(n, 1 / sp_s), (stages - n, 1 / sp_f)]
+    joint = least_paced(work, m1, window, groups) * ROUNDING
+    return max(fill + m1 * floor, joint), floor

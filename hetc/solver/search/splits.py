@@ -258,13 +258,18 @@ class Splits(Pairs):
         dp: int,
         floor: float = 0.0,
         ceiling: float = math.inf,
+        probe: bool = False,
     ) -> tuple[int, ...] | None:
         """The boundaries minimising max_i (t_i + sends) for this sequence of options:
         bisection on the straggler, each test filling stages greedily (as many blocks as fit
-        under it and in memory), which is exact for stage times monotone in their blocks.
+        under it and in memory), which is exact for stage times monotone in their blocks. A
+        fill that succeeds lowers the top to its split's straggler; one that fails raises
+        the bottom to the least limit at which some stage would take one more block (no
+        fill below it differs), so the bisection skips the limits that change nothing.
         None when no split fits memory, or none has a straggler of at most `ceiling` (tested
-        first: one fill decides most sequences that cannot beat the incumbent). The kinds of
-        an option share device and TP (`stage_options`), so the first stands for all."""
+        first: one fill decides most sequences that cannot beat the incumbent; with `probe`,
+        that fill's split is returned as it is). The kinds of an option share device and TP
+        (`stage_options`), so the first stands for all."""
         model = self.model
         stages = len(sequence)
         m = -(-(model.batch // mbs) // dp)
@@ -272,28 +277,40 @@ class Splits(Pairs):
         padded = [0.0, *sends, 0.0]
         whole = model.blocks + 2
 
-        def fill(limit: float) -> tuple[int, ...] | None:
+        def fill(limit: float) -> tuple[tuple[int, ...] | None, float]:
+            # (the greedy split under `limit`, its straggler), or (None, the least limit
+            # at which the greedy fill could change: below it every stage ends where it
+            # ends now, so the fill fails the same way)
             bounds, start = [0], 0
+            worst, change = 0.0, math.inf
             for j, option in enumerate(sequence):
                 kind = option[0]
                 first = 0 if j == 0 else start + 1
                 flight = max(1, min(stages - j, m))
-                budget = limit - padded[j] - padded[j + 1]
+                pads = padded[j] + padded[j + 1]
+                budget = limit - pads
                 if j == stages - 1:
-                    if model.stage_time(kind, mbs, first, whole)[0] > budget or not model.fits(
-                        kind, mbs, first, whole, dp, flight
-                    ):
-                        return None
+                    t = model.stage_time(kind, mbs, first, whole)[0]
+                    if not model.fits(kind, mbs, first, whole, dp, flight):
+                        return None, change
+                    if t > budget:
+                        return None, min(change, t + pads)
                     bounds.append(model.blocks)
-                    return tuple(bounds)
-                end = self._stage_end(
-                    kind, mbs, first, budget, dp, flight, model.blocks - (stages - 1 - j) + 1
-                )
+                    return tuple(bounds), max(worst, t + pads)
+                last_end = model.blocks - (stages - 1 - j) + 1
+                end = self._stage_end(kind, mbs, first, budget, dp, flight, last_end)
+                forward, backward = self._pass_sums(kind, mbs)
+                f0, b0 = forward[first], backward[first]
+                if end < last_end:
+                    grown = (forward[end + 1] - f0) + (backward[end + 1] - b0)
+                    if grown > budget:
+                        change = min(change, grown + pads)
                 if end < start + 2:
-                    return None
+                    return None, change
+                worst = max(worst, (forward[end] - f0) + (backward[end] - b0) + pads)
                 start = end - 1
                 bounds.append(start)
-            return None
+            return None, change
 
         top = (
             sum((self.option_time(o, mbs, 0, whole) for o in set(sequence)), 0.0)
@@ -303,9 +320,19 @@ class Splits(Pairs):
             if ceiling < floor:
                 return None
             top = ceiling
-        best = fill(top)
-        if best is None:
-            return None
+        best, value = fill(top)
+        if best is None or probe:
+            return best
+        top = min(top, value)
+        low = floor
+        while top - low > SPLIT_TOLERANCE * top:
+            mid = (low + top) / 2
+            found, value = fill(mid)
+            if found is None:
+                low = max(mid, value)
+            else:
+                top, best = min(mid, value), found
+        return best
         low = floor
         while top - low > SPLIT_TOLERANCE * top:
             mid = (low + top) / 2

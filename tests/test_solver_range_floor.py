@@ -1,0 +1,96 @@
+"""`Profiles.range_floor` bounds a range of D of one (m, P) over its profiles.
+
+The driver asks it for a range of D whose pipelines all run the same number of microbatches
+and drops the range when it exceeds the incumbent, so it must be at most the best profile
+of every D of the range that beats the incumbent. The oracle is the `kind-profiles` space
+searched with nothing pruned, shape by shape (`ExhaustiveProfiles`); the ranges are the runs
+of D with equal ceil(T / D), worked out here from T. Mutations caught: the split's memory
+checked at the range's first D (ZeRO shards less there), the quotas read at its last D, one
+pass too many (ceil(T / D) taken for m - 1), the profiles within 0.1% of the incumbent
+dropped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from oracles.instances import binding_instance, random_instance
+from oracles.profiles_space import ExhaustiveProfiles
+
+from hetc.costmodel.planning import PlanningModel
+from hetc.schema import Spec, check_text
+from hetc.solver.search import SearchOptions
+from hetc.solver.search.driver import Search
+
+PROFILES = frozenset({"kind-profiles"})
+
+
+class _Under(Search):
+    """The search with its incumbent held at `cut`."""
+
+    def __init__(self, model: PlanningModel, options: SearchOptions, cut: float) -> None:
+        super().__init__(model, options)
+        self.cut = cut
+
+    def bound(self) -> float:
+        return self.cut
+
+
+def _spec(text: str) -> Spec:
+    report = check_text(text, "case.yaml")
+    assert report.spec is not None, report
+    return report.spec
+
+
+def _throughput_cases() -> list[Spec]:
+    cases = []
+    for seed in range(120):
+        spec = _spec(binding_instance(seed) if seed % 2 == 0 else random_instance(seed))
+        if spec.objective == "max_throughput" and spec.constraints.max_cost_per_iteration is None:
+            cases.append(spec)
+    return cases
+
+
+def _runs(total: int, cap: int) -> list[tuple[int, int]]:
+    """The runs of D in 1..cap with equal ceil(total / D), of two D or more."""
+    runs: dict[int, list[int]] = {}
+    for dp in range(1, cap + 1):
+        runs.setdefault(-(-total // dp), []).append(dp)
+    return [(min(r), max(r)) for r in runs.values() if len(r) > 1]
+
+
+@pytest.mark.slow
+def test_the_range_floor_is_below_every_profile_of_the_range_that_beats_the_incumbent() -> None:
+    checked = pruned = 0
+    for spec in _throughput_cases():
+        model = PlanningModel(spec)
+        exhaustive = ExhaustiveProfiles(model, SearchOptions(approximations=PROFILES))
+        best: dict[tuple[int, int, int], float] = {}
+        groups = [(mbs, stages) for _, mbs, stages in exhaustive.shape_groups()]
+        for mbs, stages in groups:
+            for dp in range(1, exhaustive.dp_cap(mbs, stages) + 1):
+                found = exhaustive.shape(mbs, stages, dp)
+                if found is not None:
+                    best[mbs, stages, dp] = found
+        if not best:
+            continue
+        values = sorted(best.values())
+        for quantile in (0.1, 0.5):
+            cut = values[int(len(values) * quantile)]
+            under = _Under(model, SearchOptions(approximations=PROFILES), cut)
+            for mbs, stages in groups:
+                total = model.batch // mbs
+                for first, last in _runs(total, under.dp_cap(mbs, stages)):
+                    floor = under.range_floor(mbs, stages, first, last)
+                    inside = [
+                        best[mbs, stages, dp]
+                        for dp in range(first, last + 1)
+                        if (mbs, stages, dp) in best
+                    ]
+                    least = min(inside, default=math.inf)
+                    checked += 1
+                    pruned += floor > cut
+                    if least <= cut:
+                        assert floor <= least * (1 + 1e-9), (mbs, stages, first, last)
+    assert checked >= 100 and pruned >= 10, (checked, pruned)

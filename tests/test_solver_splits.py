@@ -1,0 +1,68 @@
+"""`Splits.min_max_split` finds the least straggler of a sequence of options.
+
+Its bisection skips limits: a fill that succeeds lowers the top to its split's straggler, one
+that fails raises the bottom to the least limit at which a stage would take one more block.
+A jump too far would miss the best split, so the oracle is every split of the blocks into
+the sequence's stages, each scored by the planning model (`time_of_sets`) and checked for
+memory stage by stage (`kind_fits`). Mutation caught: the bottom raised a hair above that
+limit (1e-3 s more).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from oracles.instances import binding_instance, random_instance
+
+from hetc.costmodel.planning import PlanningModel, Shape
+from hetc.schema import check_text
+from hetc.solver.search import SearchOptions
+from hetc.solver.search.driver import Search
+from hetc.solver.search.splits import SPLIT_TOLERANCE
+
+PROFILES = frozenset({"kind-profiles"})
+
+
+def _least_straggler(
+    model: PlanningModel, sequence: tuple[tuple[int, ...], ...], mbs: int, dp: int
+) -> float:
+    """The least straggler of any split of the blocks into the sequence's stages that fits
+    memory, by enumeration (infinite where none fits)."""
+    stages = len(sequence)
+    least = math.inf
+    for cuts in itertools.combinations(range(1, model.blocks), stages - 1):
+        shape = Shape(microbatch=mbs, boundaries=(0, *cuts, model.blocks), pipelines=dp)
+        if all(model.kind_fits(shape, i, option[0]) for i, option in enumerate(sequence)):
+            least = min(least, model.time_of_sets(shape, sequence)[0])
+    return least
+
+
+def test_the_split_has_the_least_straggler_of_every_split() -> None:
+    checked = found = 0
+    for seed in range(30):
+        text = binding_instance(seed) if seed % 2 == 0 else random_instance(seed)
+        report = check_text(text, "case.yaml")
+        assert report.spec is not None
+        searcher = Search(PlanningModel(report.spec), SearchOptions(approximations=PROFILES))
+        model = searcher.model
+        if model.blocks > 16:
+            continue
+        mbs = model.microbatch_sizes()[0]
+        _, ordered = searcher.option_speeds(mbs)
+        for slow, fast in itertools.combinations_with_replacement(ordered[:4], 2):
+            for stages, n, dp in ((2, 1, 1), (3, 1, 2), (3, 2, 1), (4, 2, 2)):
+                if stages > model.blocks:
+                    continue
+                sequence = (slow,) * n + (fast,) * (stages - n)
+                least = _least_straggler(model, sequence, mbs, dp)
+                split = searcher.min_max_split(sequence, mbs, dp)
+                checked += 1
+                if split is None:
+                    assert least == math.inf, (seed, sequence, dp)
+                    continue
+                shape = Shape(microbatch=mbs, boundaries=split, pipelines=dp)
+                straggler = model.time_of_sets(shape, sequence)[0]
+                assert straggler <= least * (1 + 2 * SPLIT_TOLERANCE), (seed, sequence, dp)
+                found += 1
+    assert checked >= 100 and found >= 50, (checked, found)
