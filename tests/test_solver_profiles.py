@@ -5,8 +5,9 @@ bench/approximations.py), but inside its space it must be exact: every bound it 
 (the dual capacity bound per shape, the cost floors, the per-profile bound with sends, rings
 and egress, the straggler ceiling of the split) must be a true lower bound. The oracle is the
 same space enumerated with every bound switched off: each profile of every shape is split and
-scored. They must find the same objective. A mutation (a capacity bound half as large) shows
-the comparison has teeth. The bounds' ingredients are also checked one by one against direct
+scored. They must find the same objective. Mutations (a capacity bound half as large; the
+tied embedding's all-reduce counted twice on the end stages of a profile) show the comparison
+has teeth. The bounds' ingredients are also checked one by one against direct
 computations: the feasible run lengths against a brute-force placement of devices on pools,
 the dual capacity bound against every profile's capacity, the work-share floor against
 the straggler of the best split, and the ring across zones a shape forces against the rings

@@ -246,6 +246,11 @@ class Bounds(Windows):
         zero = self.model.spec.training.zero_stage >= 1
         if dp < 2:
             return self.sync_bound(stages, dp, steps=not zero)
+        return self.sync_bound(stages, dp, whole_ring=self.flat_links(), steps=not zero)
+
+    def flat_links(self) -> bool:
+        """Whether every link a ring may run on has a flat message-size curve, so that a
+        ring of the same bytes over more ranks never takes less time (`range_sync`)."""
         if self._flat_links is None:
             model = self.model
             self._flat_links = all(
@@ -257,7 +262,7 @@ class Bounds(Windows):
                 is FLAT
                 for a, b, _, _ in self.distinct_rings()
             )
-        return self.sync_bound(stages, dp, whole_ring=self._flat_links, steps=not zero)
+        return self._flat_links
 
     def sync_terms(
         self, dp: int

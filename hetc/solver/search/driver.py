@@ -94,13 +94,9 @@ class Search(Stripes):
         """Shapes their solver gave up on (`ShapeSolver.solve` answered False)."""
         self._unfinished_bound = math.inf
         """The least bound of those shapes: their candidates not found may score that low."""
-        self._range_floors = (
-            self._solver.name == "kind-profiles"
-            and self.objective == "max_throughput"
-            and self.budget is None
-        )
+        self._range_floors = self._solver.name == "kind-profiles"
         """Whether a range of D popped under an incumbent is first bounded over its
-        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space, for time."""
+        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space."""
 
     def run(self) -> SearchResult:
         stop = ""

@@ -36,6 +36,10 @@ class Pair(NamedTuple):
     """Least tp x price x speed of the two."""
     fill: float
     """Every layer on the faster of the two (`Pairs._pair_fill`)."""
+    tied_alone: float
+    tied_both: float
+    """The tied embedding's all-reduce between the first and the last stage, both on the
+    slow option, and with the last on the fast one (0 without tied embeddings)."""
 
 
 class PairAt(NamedTuple):
@@ -248,6 +252,8 @@ class Pairs(Zones):
                             min(self._facts(o)[0] * self._facts(o)[2] for o in both),
                             min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in both),
                             self._pair_fill(both, mbs),
+                            self.model.tied_time(slow, slow),
+                            self.model.tied_time(slow, fast),
                         )
                     )
             self._pair_constants[mbs] = rows

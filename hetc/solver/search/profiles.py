@@ -34,6 +34,7 @@ import math
 
 from hetc.costmodel.planning import Shape
 from hetc.solver.search.exact import _Partial
+from hetc.solver.search.pairs import PairAt
 from hetc.solver.search.reach import Reach
 from hetc.solver.search.replica_slots import ROUNDING, least_paced
 from hetc.solver.search.windows import Option
@@ -69,7 +70,6 @@ class Profiles(Reach):
         sync_lb = self.sync_bound(stages, dp)
         if self._zone_split()[2]:
             sync_lb = max(sync_lb, self.zone_rings(stages, dp))
-        largest = -(-model.blocks // stages)
         if throughput:
             sends = 2 * (stages - 1) * self.least_send(mbs)
             straggler = self.least_straggler(mbs, stages, dp)
@@ -90,12 +90,58 @@ class Profiles(Reach):
                 return
             # every pair's cost floor is at least this plus m1 D x its pass price
             least_fixed = (fill_lb + sync_lb) * stages * dp * least_stage
+        if not costly:
+            least_fixed = 0.0
+        queue = self._profile_queue(mbs, stages, dp, m1, fill_lb, sync_lb, True, least_fixed)
+        queue.sort()
+        for value, slow, fast, n, fixed, floor in queue:
+            if value > self.bound():
+                break
+            self.check_limits()
+            sequence = (slow,) * n + (fast,) * (stages - n)
+            rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
+            ceiling = self._straggler_ceiling(fixed, m1, rate)
+            boundaries = self.min_max_split(sequence, mbs, dp, floor, ceiling)
+            if boundaries is None:
+                continue
+            shape = Shape(microbatch=mbs, boundaries=boundaries, pipelines=dp)
+            t = model.time_of_sets(shape, sequence)[3]
+            egress = model.egress(shape, sequence) if costly else 0.0
+            value = self.objective_bound(t, rate) + (0.0 if throughput else egress)
+            if self.violates(t, rate, egress) or value > self.bound():
+                continue
+            self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
+
+    def _profile_queue(
+        self,
+        mbs: int,
+        stages: int,
+        dp: int,
+        m1: int,
+        fill_lb: float,
+        sync_lb: float,
+        rings: bool,
+        least_fixed: float,
+    ) -> list[tuple[float, Option, Option, int, float, float]]:
+        """(bound, slow, fast, n, fixed, straggler floor) of each profile of (m, P) over the
+        pairs and run lengths at `dp` whose bound does not exceed the incumbent, the time cap
+        or the budget, unsorted: `fixed` is its fill, sends and rings, the bound `fixed`
+        plus m1 S at least (`_paced`), for cost times the rate and plus the egress. The
+        rings are the options' own at `dp` where `rings` is set, else `sync_lb` alone;
+        `least_fixed` is what every pair's cost floor adds to m1 D x its pass price."""
+        model = self.model
+        throughput = self.objective == "max_throughput"
+        costly = not throughput or self.budget is not None
+        bound = self.bound()
+        largest = -(-model.blocks // stages)
         queue: list[tuple[float, Option, Option, int, float, float]] = []
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
         for row in self.pairs(mbs, dp, stages == 1):
             pair, ring_s, ring_f, r_s, r_f, most = row
+            if not rings:
+                ring_s = ring_f = 0.0
             if most < stages:
                 if throughput:
                     break
@@ -115,6 +161,8 @@ class Profiles(Reach):
                 per_stage,
                 per_pass,
                 pair_fill,
+                _,
+                _,
             ) = pair
             if not throughput and least_fixed + m1 * dp * share * per_pass > bound * CUT_SLACK:
                 break
@@ -125,11 +173,15 @@ class Profiles(Reach):
                     self.budget is not None and pair_cost > self.budget
                 ):
                     continue
-            if limit < math.inf:
+            cap = limit
+            if not throughput and per_stage > 0:
+                # it rents P x D x TP devices at per_stage at least, so cost / that caps T
+                cap = min(cap, bound * CUT_SLACK / (stages * dp * per_stage))
+            if cap < math.inf:
                 # a profile runs a stage on each of its options (n is 1..P - 1 for two), and
                 # such a stage rings at least one block on its option
                 ring = ring_s if ring_s > ring_f else ring_f
-                room = limit - fill - (ring if ring > sync_lb else sync_lb)
+                room = cap - fill - (ring if ring > sync_lb else sync_lb)
                 passes = m1 * share
                 # `within` at the most capacity any n has (n = 1, or P for one option),
                 # with room for rounding: most pairs end here, before their run lengths
@@ -144,18 +196,10 @@ class Profiles(Reach):
                 lengths = self.run_lengths(slow, fast, stages, dp)
             if not lengths:
                 continue
-            widest = self.block_ring(slow, dp, largest)
             window = self.window(slow, mbs, largest)
             if slow != fast:
-                widest = min(widest, self.block_ring(fast, dp, largest))
                 window = min(window, self.window(fast, mbs, largest))
-            head = self.end_ring(slow, dp, stages, True)
-            ring_slow = max(max(sync_lb, ring_s), max(widest, head))
-            ring_fast = max(max(sync_lb, ring_f), widest)
-            tail_slow = self.end_ring(slow, dp, stages, False)
-            tail_fast = self.end_ring(fast, dp, stages, False)
-            ring_alone = max(ring_slow, tail_slow)
-            ring_both = max(max(ring_slow, ring_fast), tail_fast)
+            ring_alone, ring_both = self._pair_rings(row, dp, stages, sync_lb, rings)
             for n in lengths:
                 sends, pads = _sends_and_pads(n, stages, s_ss, s_sf, s_ff, sp_s, sp_f)
                 if n == stages:
@@ -177,76 +221,73 @@ class Profiles(Reach):
                 value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
                 if value <= bound:
                     queue.append((value, slow, fast, n, fixed, floor))
-        queue.sort()
-        for value, slow, fast, n, fixed, floor in queue:
-            if value > self.bound():
-                break
-            self.check_limits()
-            sequence = (slow,) * n + (fast,) * (stages - n)
-            rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
-            ceiling = self._straggler_ceiling(fixed, m1, rate)
-            boundaries = self.min_max_split(sequence, mbs, dp, floor, ceiling)
-            if boundaries is None:
-                continue
-            shape = Shape(microbatch=mbs, boundaries=boundaries, pipelines=dp)
-            t = model.time_of_sets(shape, sequence)[3]
-            egress = model.egress(shape, sequence) if costly else 0.0
-            value = self.objective_bound(t, rate) + (0.0 if throughput else egress)
-            if self.violates(t, rate, egress) or value > self.bound():
-                continue
-            self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
+        return queue
+
+    def _pair_rings(
+        self, row: PairAt, dp: int, stages: int, sync_lb: float, rings: bool
+    ) -> tuple[float, float]:
+        """(y + u with one option, with both) that the worst stage of a profile over the
+        row's pair pays at least at D, none less than `sync_lb`: with P > 1 its first and
+        last stage wait for the tied embedding's all-reduce between their options
+        (`Pair.tied_alone`, `tied_both`) on top of their own ring; with `rings`, that ring
+        is at least the end of the model each holds (`end_ring`), its widest stage rings
+        ceil(L / P) blocks and each stage at least one block on its option
+        (`block_ring`)."""
+        pair = row.pair
+        slow, fast = pair.slow, pair.fast
+        tied_alone, tied_both = (pair.tied_alone, pair.tied_both) if stages > 1 else (0.0, 0.0)
+        if not rings:
+            return max(sync_lb, tied_alone), max(sync_lb, tied_both)
+        largest = -(-self.model.blocks // stages)
+        widest = self.block_ring(slow, dp, largest)
+        if slow != fast:
+            widest = min(widest, self.block_ring(fast, dp, largest))
+        head = self.end_ring(slow, dp, stages, True)
+        tail_slow = self.end_ring(slow, dp, stages, False)
+        tail_fast = self.end_ring(fast, dp, stages, False)
+        ring_slow = max(max(sync_lb, row.ring_slow), widest)
+        alone = max(ring_slow, max(head, tail_slow) + tied_alone)
+        both = max(max(ring_slow, row.ring_fast), max(head, tail_fast) + tied_both)
+        return alone, both
 
     def range_floor(self, mbs: int, stages: int, first: int, last: int) -> float:
-        """A lower bound on the iteration time of every profile of (m, P, D) for each D in
-        first..last that could beat the incumbent, infinite where none could: for
-        max_throughput without a budget (`range_floors` says when the driver asks). Each
-        term of `profiles`' per-profile bound taken where the range makes it least: m1 at
-        D = last, the quotas, hosts, fill and sync at D = first (`range_sync`; no option's
-        own ring, which need not grow with D on a measured link), the split's memory at
-        D = last with its fewest microbatches in flight (a stage's peak memory never grows
-        with D: `tables.peak_memory`). So the pairs and run lengths at `first` hold every
-        profile of the range, and a greedy fill that fails under the largest straggler a
-        profile could win with (`_straggler_ceiling`) fails at every D of the range. One
-        pass over the pair table and about one fill per profile under the incumbent,
-        where listing the range would solve each D's shape."""
-        model = self.model
-        m1 = -(-(model.batch // mbs) // last) - 1
+        """A lower bound on the objective of every profile of (m, P, D) for each D in
+        first..last that could beat the incumbent (and meet the budget and the time cap),
+        infinite where none could (the driver asks for ranges of equal m,
+        `Search._same_passes`). Each term of `profiles`' per-profile bound taken where the
+        range makes it least: m1 at D = last; the quotas, hosts, fill, sync, rental rate and
+        ring egress at D = first (`range_sync`; the rate and the egress of a ring grow with
+        D), with the options' own rings and the ring across zones there only
+        on links whose ring time grows with D (`flat_links`: not so on a measured
+        message-size curve); the split's memory at D = last with its fewest microbatches
+        in flight (a stage's peak memory never grows with D: `tables.peak_memory`). So the
+        pairs and run lengths at `first` hold every profile of the range, and a greedy
+        fill that fails under the largest straggler a profile could win with
+        (`_straggler_ceiling`) fails at every D of the range. One pass over the pair table
+        and about one fill per profile under the incumbent, where listing the range would
+        solve each D's shape. Where the rings grow with D, the ring across zones is
+        monotone too: at a larger D every option spans at least as many zones' worth of
+        devices, holds fewer stages and rings no faster (`zone_rings`)."""
+        if not self.hosts(mbs, first):
+            return math.inf
+        m1 = -(-(self.model.batch // mbs) // last) - 1
         fill_lb = self.layer_best(mbs, self.affordable_tp(stages, first))[-1]
         sync_lb = self.range_sync(stages, first)
-        bound = self.bound()
-        limit = bound if self.time_cap is None else min(bound, self.time_cap)
-        largest = -(-model.blocks // stages)
-        queue: list[tuple[float, Option, Option, int, float, float]] = []
-        for row in self.pairs(mbs, first, stages == 1):
-            pair, most = row[0], row[5]
-            if most < stages:
-                break
-            slow, fast, share, sp_s, sp_f, s_ss, s_sf, s_ff = pair[:8]
-            fill = max(fill_lb, pair.fill)
-            room = limit - fill - sync_lb
-            passes = m1 * share
-            if passes > 0 and passes * (1 - 2e-9) > room * (stages / sp_f - 1 / sp_f + 1 / sp_s):
-                continue
-            lengths = self.within(
-                self.run_lengths(slow, fast, stages, first), stages, room, passes, sp_s, sp_f
-            )
-            if not lengths:
-                continue
-            window = self.window(slow, mbs, largest)
-            if slow != fast:
-                window = min(window, self.window(fast, mbs, largest))
-            for n in lengths:
-                sends, pads = _sends_and_pads(n, stages, s_ss, s_sf, s_ff, sp_s, sp_f)
-                paced, floor = _paced(
-                    fill + 2 * sends, share + pads, n, stages, sp_s, sp_f, m1, window
-                )
-                if sync_lb + paced <= limit:
-                    queue.append((sync_lb + paced, slow, fast, n, fill + 2 * sends, floor))
+        rings = self.flat_links()
+        if rings and self._zone_split()[2]:
+            sync_lb = max(sync_lb, self.zone_rings(stages, first))
+        costly = self.objective != "max_throughput" or self.budget is not None
+        least_fixed = 0.0
+        if costly:
+            least_stage = self._least_prices(mbs, first)[0]
+            least_fixed = (fill_lb + sync_lb) * stages * first * least_stage
+        queue = self._profile_queue(mbs, stages, first, m1, fill_lb, sync_lb, rings, least_fixed)
         queue.sort()
         for value, slow, fast, n, fixed, floor in queue:
             self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
-            ceiling = self._straggler_ceiling(fixed + sync_lb, m1, 0.0)
+            rate = self.profile_rate(slow, n, fast, stages - n, first) if costly else 0.0
+            ceiling = self._straggler_ceiling(fixed, m1, rate)
             if self.min_max_split(sequence, mbs, last, floor, ceiling, probe=True) is not None:
                 return value
         return math.inf
