@@ -83,13 +83,13 @@ def test_invalid_spec_exits_1(tmp_path: Path) -> None:
 
 def test_eval_limit_is_deterministic_and_flagged(tmp_path: Path) -> None:
     path = _spec(tmp_path)
-    first = runner.invoke(app, ["plan", str(path), "--eval-limit", "3", "--json"])
-    second = runner.invoke(app, ["plan", str(path), "--eval-limit", "3", "--json"])
+    first = runner.invoke(app, ["plan", str(path), "--eval-limit", "1", "--json"])
+    second = runner.invoke(app, ["plan", str(path), "--eval-limit", "1", "--json"])
     assert first.exit_code == second.exit_code == 0, first.output
     a, b = json.loads(first.stdout), json.loads(second.stdout)
     assert not a["complete"] and "evaluation limit" in a["stop_reason"]
     assert a["plans"] == b["plans"]
-    text = runner.invoke(app, ["plan", str(path), "--eval-limit", "3"])
+    text = runner.invoke(app, ["plan", str(path), "--eval-limit", "1"])
     assert "not proven best: gap at most" in text.stderr
     assert a["gap"] > 0 and a["lower_bound"] <= a["plans"][0]["planner_iteration_time"]
 

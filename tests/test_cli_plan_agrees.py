@@ -68,14 +68,14 @@ def test_cli_and_bench_worker_agree_on_the_batch_spec(tmp_path: Path) -> None:
 
 def test_a_search_stopped_early_agrees_given_the_same_limit(tmp_path: Path) -> None:
     """With the same evaluation limit (a deterministic early stop) both return the same
-    plan: a stopped search is where they can differ. (Here the greedy seed already finds
-    the complete search's plan, so the stop shows in `complete`, not in the plan.)"""
-    text = _bench().batch_spec(10**6)
-    path = tmp_path / "batch.yaml"
+    plan: a stopped search is where they can differ. On 20 zones one scored candidate does
+    not finish the search."""
+    text = _bench().zones_spec(20)
+    path = tmp_path / "zones.yaml"
     path.write_text(text)
-    spec = check_text(text, "batch.yaml").spec
+    spec = check_text(text, "zones.yaml").spec
     assert spec is not None
-    stopped = plan_spec(spec, top=1, eval_limit=3)
+    stopped = plan_spec(spec, top=1, eval_limit=1)
     assert not stopped.search.complete
     expected = json.loads(plan_to_json(stopped.proposals[0].plan))
-    assert _cli_plan(path, "--eval-limit", "3") == expected
+    assert _cli_plan(path, "--eval-limit", "1") == expected

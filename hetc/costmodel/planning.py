@@ -557,23 +557,33 @@ class PlanningModel:
     ) -> tuple[float, float, float, float]:
         """(S, F, max_i(y_i + u_i), T) for the kinds each stage uses (counts do not matter)."""
         stages, dp, mbs = shape.stages, shape.pipelines, shape.microbatch
-        t = [0.0] * stages
+        straggler, fill = self.pace_of_sets(shape, used)
         sync = [0.0] * stages
         for i in range(stages):
             first, end = self.layer_range(shape, i)
-            t[i] = self.stage_compute(used[i], mbs, first, end)
             sync[i] = self.stage_sync(used[i], self.stage_key(shape, i), dp, mbs, first, end)
         if stages > 1:
             tied = self.tied_time(used[0], used[-1])
             sync[0] += tied
             sync[-1] += tied
+        worst_sync = max(sync)
+        total = fill + (self.microbatches(shape) - 1) * straggler + worst_sync
+        return straggler, fill, worst_sync, total
+
+    def pace_of_sets(self, shape: Shape, used: Sequence[Sequence[int]]) -> tuple[float, float]:
+        """(S, F) of `time_of_sets`, the same arithmetic without the rings, which cost the
+        most: a search that knows a lower bound on max_i(y_i + u_i) drops most candidates on
+        these two alone."""
+        stages, mbs = shape.stages, shape.microbatch
+        t = [0.0] * stages
+        for i in range(stages):
+            first, end = self.layer_range(shape, i)
+            t[i] = self.stage_compute(used[i], mbs, first, end)
         sends = [self.send_between(used[i], used[i + 1], mbs) for i in range(stages - 1)]
         padded = [0.0, *sends, 0.0]
         straggler = max(t[i] + padded[i] + padded[i + 1] for i in range(stages))
         fill = sum(t, 0.0) + 2 * sum(sends, 0.0)
-        worst_sync = max(sync)
-        total = fill + (self.microbatches(shape) - 1) * straggler + worst_sync
-        return straggler, fill, worst_sync, total
+        return straggler, fill
 
     def stage_compute(self, kinds: Sequence[int], mbs: int, first: int, end: int) -> float:
         """t_i: the slowest kind's forward + backward of one microbatch over [first, end)

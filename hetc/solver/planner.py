@@ -125,9 +125,12 @@ def plan_spec(
     stop: Event | None = None,
 ) -> PlanningResult:
     """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
-    by the simulator among the search's best `max(top, RERANKED)` candidates (for `top` above
-    RERANKED, a second search lists them, so that `search` in the result, the one that chose
-    plan 1, does not depend on `top`; a search stopped by a limit lists only its RERANKED);
+    by the simulator. One search proves plan 1, pruning against the best alone and keeping
+    its best RERANKED - 1 runners-up (`SearchOptions.runners_up`), so that the gap it
+    states is reached as fast as a search for one plan can; `search` in the result is that
+    one, the same whatever `top`. A second, seeded with its answer, lists the best
+    `max(top, RERANKED)` of distinct signature, which the simulator ranks; where the time
+    left does not let it finish, the first search's list is ranked instead;
     none, without a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
     (`PlanningModel`).
@@ -164,7 +167,7 @@ def plan_spec(
             proposals=(), search=nothing, approximations=chosen, model=model, infeasible=proof
         )
     options = SearchOptions(
-        top=RERANKED,
+        runners_up=RERANKED - 1,
         approximations=chosen,
         eval_limit=eval_limit,
         time_limit=_search_seconds(deadline),
@@ -175,11 +178,20 @@ def plan_spec(
     )
     result = _budget_said(search(model, options), deadline)
     candidates = result.candidates
-    if top > RERANKED and result.complete:
-        # a top-K search prunes less as K grows; the search that chose plan 1 (and whose
-        # count `hetc plan` prints) is the same whatever --top, and only the list is longer
-        again = replace(options, top=top, progress=None, time_limit=_search_seconds(deadline))
-        candidates = search(model, again).candidates
+    if result.complete and result.candidates:
+        # the best `top` (at least RERANKED) proven as the search proves them, seeded with
+        # this search's answer; where the time left does not let it finish, this list stands
+        again = replace(
+            options,
+            top=max(top, RERANKED),
+            runners_up=0,
+            progress=None,
+            time_limit=_search_seconds(deadline),
+            seeds=result.candidates,
+        )
+        listed = search(model, again)
+        if listed.complete:
+            candidates = listed.candidates
     digest = spec_hash(spec)
     proposals: list[Proposal] = []
     considered = 0

@@ -102,6 +102,8 @@ class Search(Stripes):
         stop = ""
         interrupted = False
         try:
+            for candidate in self.options.seeds:
+                self.offer(candidate)
             self.greedy_seed()
         except _Stop as why:
             return self._result(str(why), why.interrupted)
@@ -350,6 +352,7 @@ class Search(Stripes):
             self.model,
             SearchOptions(
                 top=self.options.top,
+                runners_up=self.options.runners_up,
                 approximations=self.approx | {"kind-profiles"},
                 eval_limit=self.options.eval_limit,
                 time_limit=self.options.time_limit,

@@ -76,6 +76,10 @@ class SearchOptions:
     top: int = 1
     """How many candidates of distinct signature to return (the best is proven best; the
     others are the best of their signature among those scored)."""
+    runners_up: int = 0
+    """How many more to return beside the `top`, the best of other signatures among those
+    scored, while the bounds prune against the `top`-th alone: candidates for a reranking
+    that does not need the best K proven, at the cost of a search for the best `top`."""
     approximations: frozenset[str] = frozenset()
     eval_limit: int | None = None
     """Stop after this many scored leaves (deterministic)."""
@@ -101,6 +105,9 @@ class SearchOptions:
     """Stop at the first candidate that meets every constraint (`stop_reason` says so): a
     feasibility test needs a plan, not the best one. A search that ends without one is as
     complete as an optimising one, so its empty answer is a proof of infeasibility."""
+    seeds: tuple[Candidate, ...] = ()
+    """Candidates of the same spec known before the search (an earlier search's), offered
+    before anything else: each is a real candidate, so they only tighten the bound."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -218,10 +225,12 @@ class Incumbent:
 
     def alternatives(self) -> tuple[Candidate, ...]:
         """The best, then the best-scored candidate of each other signature the search met,
-        up to `top` in all. Pruning keeps anything that could beat the `top`-th signature,
-        but the exact search's dominance rule compares partials of different signatures, so
-        the alternatives are the best ones found, not proven second best."""
-        return tuple(sorted(self.best.values(), key=Candidate.key)[: self.options.top])
+        up to `top` plus `runners_up` in all. Pruning keeps anything that could beat the
+        `top`-th signature, but the exact search's dominance rule compares partials of
+        different signatures, so the alternatives are the best ones found, not proven
+        second best."""
+        kept = self.options.top + self.options.runners_up
+        return tuple(sorted(self.best.values(), key=Candidate.key)[:kept])
 
     def incumbent(self) -> float:
         """The best candidate's objective; infinite before the first."""

@@ -94,7 +94,7 @@ class Profiles(Reach):
             least_fixed = 0.0
         queue = self._profile_queue(mbs, stages, dp, m1, fill_lb, sync_lb, True, least_fixed)
         queue.sort()
-        for value, slow, fast, n, fixed, floor in queue:
+        for value, slow, fast, n, fixed, floor, ring in queue:
             if value > self.bound():
                 break
             self.check_limits()
@@ -105,6 +105,13 @@ class Profiles(Reach):
             if boundaries is None:
                 continue
             shape = Shape(microbatch=mbs, boundaries=boundaries, pipelines=dp)
+            straggler, fill = model.pace_of_sets(shape, sequence)
+            # the split's own fill and straggler, with the profile's least sync
+            paced = fill + m1 * straggler + ring
+            if self.violates(paced, rate) or self.objective_bound(paced, rate) > (
+                self.bound() * CUT_SLACK
+            ):
+                continue
             t = model.time_of_sets(shape, sequence)[3]
             egress = model.egress(shape, sequence) if costly else 0.0
             value = self.objective_bound(t, rate) + (0.0 if throughput else egress)
@@ -122,19 +129,20 @@ class Profiles(Reach):
         sync_lb: float,
         rings: bool,
         least_fixed: float,
-    ) -> list[tuple[float, Option, Option, int, float, float]]:
-        """(bound, slow, fast, n, fixed, straggler floor) of each profile of (m, P) over the
-        pairs and run lengths at `dp` whose bound does not exceed the incumbent, the time cap
-        or the budget, unsorted: `fixed` is its fill, sends and rings, the bound `fixed`
-        plus m1 S at least (`_paced`), for cost times the rate and plus the egress. The
-        rings are the options' own at `dp` where `rings` is set, else `sync_lb` alone;
+    ) -> list[tuple[float, Option, Option, int, float, float, float]]:
+        """(bound, slow, fast, n, fixed, straggler floor, least sync) of each profile of
+        (m, P) over the pairs and run lengths at `dp` whose bound does not exceed the
+        incumbent, the time cap or the budget, unsorted: `fixed` is its fill, sends and
+        least sync (its rings, `_pair_rings`), the bound `fixed` plus m1 S at least
+        (`_paced`), for cost times the rate and plus the egress. The rings are the options'
+        own at `dp` where `rings` is set, else `sync_lb` and the tied embedding's alone;
         `least_fixed` is what every pair's cost floor adds to m1 D x its pass price."""
         model = self.model
         throughput = self.objective == "max_throughput"
         costly = not throughput or self.budget is not None
         bound = self.bound()
         largest = -(-model.blocks // stages)
-        queue: list[tuple[float, Option, Option, int, float, float]] = []
+        queue: list[tuple[float, Option, Option, int, float, float, float]] = []
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
@@ -220,7 +228,7 @@ class Profiles(Reach):
                     continue
                 value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
                 if value <= bound:
-                    queue.append((value, slow, fast, n, fixed, floor))
+                    queue.append((value, slow, fast, n, fixed, floor, ring))
         return queue
 
     def _pair_rings(
@@ -283,7 +291,7 @@ class Profiles(Reach):
             least_fixed = (fill_lb + sync_lb) * stages * first * least_stage
         queue = self._profile_queue(mbs, stages, first, m1, fill_lb, sync_lb, rings, least_fixed)
         queue.sort()
-        for value, slow, fast, n, fixed, floor in queue:
+        for value, slow, fast, n, fixed, floor, _ in queue:
             self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self.profile_rate(slow, n, fast, stages - n, first) if costly else 0.0
