@@ -25,6 +25,7 @@ COMPILED = [
     "hetc/solver/search/incumbent.py",
     "hetc/solver/search/bounds.py",
     "hetc/solver/search/mix_cost.py",
+    "hetc/solver/search/ring_frontier.py",
     "hetc/solver/search/replica_slots.py",
     "hetc/solver/search/stage_shares.py",
     "hetc/solver/search/windows.py",

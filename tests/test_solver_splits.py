@@ -66,3 +66,42 @@ def test_the_split_has_the_least_straggler_of_every_split() -> None:
                 assert straggler <= least * (1 + 2 * SPLIT_TOLERANCE), (seed, sequence, dp)
                 found += 1
     assert checked >= 100 and found >= 50, (checked, found)
+
+
+def test_stage_capacities_match_a_scan_of_memory() -> None:
+    """`stage_blocks`, `last_blocks` and `flight_blocks` against the memory check scanned
+    block by block: the most blocks from the first block on (at most L - 1) with that many
+    microbatches in flight, the most the last stage holds with the head, and the sums over
+    flights min(k, m)."""
+    checked = binding = 0
+    for seed in range(0, 30, 2):
+        report = check_text(binding_instance(seed), "case.yaml")
+        assert report.spec is not None
+        searcher = Search(PlanningModel(report.spec), SearchOptions(approximations=PROFILES))
+        model = searcher.model
+        blocks, whole = model.blocks, model.blocks + 2
+        mbs = model.microbatch_sizes()[0]
+        passes = model.batch // mbs
+        for kind in range(0, len(model.kinds), max(1, len(model.kinds) // 3)):
+            for dp in (1, 2, 5):
+                for flight in (1, 2, 4):
+                    scan = max(
+                        (b for b in range(blocks) if model.fits(kind, mbs, 1, 1 + b, dp, flight)),
+                        default=0,
+                    )
+                    assert searcher.stage_blocks(kind, mbs, dp, flight) == scan
+                    binding += 0 < scan < blocks - 1
+                tail = max(
+                    b
+                    for b in range(blocks + 1)
+                    if b == 0 or model.fits(kind, mbs, whole - 1 - b, whole, dp, 1)
+                )
+                assert searcher.last_blocks(kind, mbs, dp) == tail
+                sums = searcher.flight_blocks(kind, mbs, dp, 6)
+                m = -(-passes // dp)
+                assert sums == [
+                    sum(searcher.stage_blocks(kind, mbs, dp, min(f, m)) for f in range(1, k + 1))
+                    for k in range(7)
+                ]
+                checked += 1
+    assert checked >= 30 and binding >= 5, (checked, binding)

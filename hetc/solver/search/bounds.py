@@ -40,12 +40,13 @@ import math
 from collections.abc import Sequence
 from operator import sub
 
-from hetc.costmodel.network import FLAT, effective_bandwidth
+from hetc.costmodel.network import FLAT
 from hetc.costmodel.planning import PlanningModel
 from hetc.solver.cover import StageCover
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.mix_cost import MixCost
 from hetc.solver.search.replica_slots import ReplicaSlots
+from hetc.solver.search.ring_frontier import beaten, flat_terms
 from hetc.solver.search.stage_shares import StageShares
 from hetc.solver.search.windows import Windows
 
@@ -318,31 +319,12 @@ class Bounds(Windows):
         (each least is over the links crossing at least that level)."""
         if self._frontier is None:
             model = self.model
-            whole = (0, model.blocks, True, True)
-            terms: list[tuple[float, float] | None] = []
             rings = self.distinct_rings()
-            for a, b, _, _ in rings:
-                ka, kb = model.kinds[a], model.kinds[b]
-                flows = max(ka.tp, kb.tp)
-                link, curve, nic = model.measured_link(ka.pool, kb.pool, flows)
-                if curve is not FLAT:
-                    terms.append(None)
-                    continue
-                rate = effective_bandwidth(link, 1.0, flows_on_nic=flows, nic_bandwidth=nic)
-                terms.append((link.latency, model.gradient_bytes(whole, min(ka.tp, kb.tp)) / rate))
+            terms = [flat_terms(model, a, b) for a, b, _, _ in rings]
             kept = []
             for i, (_, _, level, _) in enumerate(rings):
-                mine = terms[i]
-                beaten = mine is not None and any(
-                    other is not None
-                    and rings[j][2] >= level
-                    and other[0] <= mine[0]
-                    and other[1] <= mine[1]
-                    and (other != mine or rings[j][2] > level or j < i)
-                    for j, other in enumerate(terms)
-                    if j != i
-                )
-                if not beaten:
+                farther = [j for j, other in enumerate(rings) if other[2] >= level]
+                if not beaten(terms, i, farther):
                     kept.append(rings[i])
             self._frontier = kept
         return self._frontier

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from operator import sub
 
 from hetc.costmodel.planning import PlanningModel
+from hetc.solver.search.ring_frontier import frontier
 
 MIX_TYPES = 6
 """`MixCost` lists the sets of at most this many device types (63 sets); beyond, no floor."""
@@ -32,6 +33,7 @@ class MixCost:
         self._rates: list[tuple[float, list[tuple[float, int]]]] | None = None
         self._times: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
         self._rings: dict[int, list[float]] = {}
+        self._pairs: dict[tuple[int, int], list[tuple[int, int]]] | None = None
 
     def cost(
         self, mbs: int, stages: int, dp: int, sync: float, send: float, tp: int, cap: float
@@ -165,23 +167,13 @@ class MixCost:
         rings = self._rings.get(dp)
         if rings is None:
             model = self.model
-            names = {name: i for i, (name, _, _) in enumerate(self._types_of())}
+            whole = (0, model.blocks, True, True)
             pair: dict[tuple[int, int], float] = {}
             if dp > 1:
-                whole = (0, model.blocks, True, True)
-                (kept,) = model.classes.keep(tuple(k.index for k in model.kinds))
-                for x, a in enumerate(kept):
-                    for b in kept[x:]:
-                        ta = names.get(model.kinds[a].device)
-                        tb = names.get(model.kinds[b].device)
-                        if ta is None or tb is None:
-                            continue
-                        key = (min(ta, tb), max(ta, tb))
-                        ring = model.ring(a, b, whole, dp)
-                        if ring < pair.get(key, math.inf):
-                            pair[key] = ring
+                for key, links in self._ring_pairs().items():
+                    pair[key] = min(model.ring(a, b, whole, dp) for a, b in links)
             rings = []
-            for mask in range(1, 1 << len(names)):
+            for mask in range(1, 1 << len(self._types_of())):
                 rings.append(
                     min(
                         (r for (i, j), r in pair.items() if mask >> i & 1 and mask >> j & 1),
@@ -190,3 +182,26 @@ class MixCost:
                 )
             self._rings[dp] = rings
         return rings
+
+    def _ring_pairs(self) -> dict[tuple[int, int], list[tuple[int, int]]]:
+        """Per pair of device types of `_types_of` (i <= j), the pairs of kinds between them
+        that may hold the least ring at some D: one per distinct ring (its link, flows and
+        bytes per rank), less those another beats at every D (`ring_frontier`)."""
+        if self._pairs is None:
+            model = self.model
+            names = {name: i for i, (name, _, _) in enumerate(self._types_of())}
+            seen: dict[tuple[int, int], dict[tuple[object, ...], tuple[int, int]]] = {}
+            (kept,) = model.classes.keep(tuple(k.index for k in model.kinds))
+            for x, a in enumerate(kept):
+                for b in kept[x:]:
+                    ka, kb = model.kinds[a], model.kinds[b]
+                    ta, tb = names.get(ka.device), names.get(kb.device)
+                    if ta is None or tb is None:
+                        continue
+                    flows = max(ka.tp, kb.tp)
+                    link = (model.measured_link(ka.pool, kb.pool, flows), flows, min(ka.tp, kb.tp))
+                    seen.setdefault((min(ta, tb), max(ta, tb)), {}).setdefault(link, (a, b))
+            self._pairs = {
+                key: frontier(model, list(links.values())) for key, links in seen.items()
+            }
+        return self._pairs

@@ -111,6 +111,7 @@ class Pairs(Zones):
         """The planning model's sends and boundary egress between two options, cached: the
         profile bounds and every split ask for the same few pairs again and again."""
         self._boundary_egress = cache(model.boundary_egress)
+        self._tied = cache(model.tied_time)
         self._shares: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
         self._classes: dict[tuple[Option, ...], tuple[tuple[str, int], ...]] = {}
         self._fills: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
@@ -252,8 +253,8 @@ class Pairs(Zones):
                             min(self._facts(o)[0] * self._facts(o)[2] for o in both),
                             min(self._facts(o)[0] * self._facts(o)[2] * speed[o] for o in both),
                             self._pair_fill(both, mbs),
-                            self.model.tied_time(slow, slow),
-                            self.model.tied_time(slow, fast),
+                            self._tied(slow, slow),
+                            self._tied(slow, fast),
                         )
                     )
             self._pair_constants[mbs] = rows

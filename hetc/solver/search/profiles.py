@@ -92,7 +92,7 @@ class Profiles(Reach):
             least_fixed = (fill_lb + sync_lb) * stages * dp * least_stage
         if not costly:
             least_fixed = 0.0
-        queue = self._profile_queue(mbs, stages, dp, m1, fill_lb, sync_lb, True, least_fixed)
+        queue = self._profile_queue(mbs, stages, dp, m1, fill_lb, sync_lb, True, least_fixed, dp)
         queue.sort()
         for value, slow, fast, n, fixed, floor, ring in queue:
             if value > self.bound():
@@ -129,6 +129,7 @@ class Profiles(Reach):
         sync_lb: float,
         rings: bool,
         least_fixed: float,
+        memory_dp: int,
     ) -> list[tuple[float, Option, Option, int, float, float, float]]:
         """(bound, slow, fast, n, fixed, straggler floor, least sync) of each profile of
         (m, P) over the pairs and run lengths at `dp` whose bound does not exceed the
@@ -136,7 +137,11 @@ class Profiles(Reach):
         least sync (its rings, `_pair_rings`), the bound `fixed` plus m1 S at least
         (`_paced`), for cost times the rate and plus the egress. The rings are the options'
         own at `dp` where `rings` is set, else `sync_lb` and the tied embedding's alone;
-        `least_fixed` is what every pair's cost floor adds to m1 D x its pass price."""
+        `least_fixed` is what every pair's cost floor adds to m1 D x its pass price. A
+        profile whose stages cannot hold the blocks in memory at `memory_dp` pipelines
+        (stage j with min(P - j, m) microbatches in flight, `flight_blocks`; the last,
+        `last_blocks`, with the head; one stage, the whole model) has no split and is left
+        out."""
         model = self.model
         throughput = self.objective == "max_throughput"
         costly = not throughput or self.budget is not None
@@ -208,7 +213,20 @@ class Profiles(Reach):
             if slow != fast:
                 window = min(window, self.window(fast, mbs, largest))
             ring_alone, ring_both = self._pair_rings(row, dp, stages, sync_lb, rings)
+            if stages == 1 and not model.fits(slow[0], mbs, 0, model.blocks + 2, memory_dp, 1):
+                continue
+            if stages > 1:
+                by_slow = self.flight_blocks(slow[0], mbs, memory_dp, stages)
+                by_fast = self.flight_blocks(fast[0], mbs, memory_dp, stages)
+                last = self.last_blocks(fast[0], mbs, memory_dp)
             for n in lengths:
+                if stages > 1:
+                    # stage j holds at most what it holds with P - j microbatches in flight
+                    held = by_slow[stages] - by_slow[stages - n] + last
+                    if n < stages:
+                        held += by_fast[stages - n] - by_fast[1]
+                    if held < model.blocks:
+                        continue
                 sends, pads = _sends_and_pads(n, stages, s_ss, s_sf, s_ff, sp_s, sp_f)
                 if n == stages:
                     egress = (n - 1) * e_ss + n * r_s
@@ -289,7 +307,9 @@ class Profiles(Reach):
         if costly:
             least_stage = self._least_prices(mbs, first)[0]
             least_fixed = (fill_lb + sync_lb) * stages * first * least_stage
-        queue = self._profile_queue(mbs, stages, first, m1, fill_lb, sync_lb, rings, least_fixed)
+        queue = self._profile_queue(
+            mbs, stages, first, m1, fill_lb, sync_lb, rings, least_fixed, last
+        )
         queue.sort()
         for value, slow, fast, n, fixed, floor, _ in queue:
             self.check_limits()

@@ -26,6 +26,8 @@ class Splits(Pairs):
     def __init__(self, model: PlanningModel, options: SearchOptions) -> None:
         super().__init__(model, options)
         self._memory_ends: dict[tuple[int, int, int, int, int], int] = {}
+        self._last_blocks: dict[tuple[int, int, int], int] = {}
+        self._flight_blocks: dict[tuple[int, int, int], list[int]] = {}
         self._duals: dict[int, list[tuple[float, float]]] = {}
         self._host_windows: dict[tuple[int, int, int], float] = {}
         self._pass_sum_lists: dict[tuple[int, int], tuple[list[float], list[float]]] = {}
@@ -227,6 +229,44 @@ class Splits(Pairs):
             )
             self._memory_ends[key] = end
         return end
+
+    def stage_blocks(self, kind: int, mbs: int, dp: int, flight: int) -> int:
+        """The most blocks a stage on `kind` before the last holds in memory at D, with
+        `flight` microbatches in flight: from the first block on (a stage that also holds
+        the token table needs more memory, not less), at most L - 1."""
+        return self._memory_end(kind, mbs, 1, dp, flight) - 1
+
+    def flight_blocks(self, kind: int, mbs: int, dp: int, stages: int) -> list[int]:
+        """Sums over k = 0..P of `stage_blocks` with min(k, m) microbatches in flight for
+        k = 1..: entry k - entry k - j holds the most blocks j stages before the last may
+        hold, those with k down to k - j + 1 in flight (m = ceil(T / D)). Cached, and
+        extended as deeper shapes ask."""
+        key = (kind, mbs, dp)
+        sums = self._flight_blocks.get(key)
+        if sums is None:
+            sums = self._flight_blocks[key] = [0]
+        if len(sums) <= stages:
+            passes = -(-(self.model.batch // mbs) // dp)
+            for k in range(len(sums), stages + 1):
+                sums.append(sums[-1] + self.stage_blocks(kind, mbs, dp, min(k, passes)))
+        return sums
+
+    def last_blocks(self, kind: int, mbs: int, dp: int) -> int:
+        """The most blocks the last stage on `kind` holds in memory at D with the head (one
+        microbatch in flight, as the last stage has), cached; memory grows with its blocks,
+        so a binary search finds it."""
+        key = (kind, mbs, dp)
+        held = self._last_blocks.get(key)
+        if held is None:
+            model = self.model
+            whole = model.blocks + 2
+            held = last_true(
+                0,
+                model.blocks,
+                lambda b: b == 0 or model.fits(kind, mbs, whole - 1 - b, whole, dp, 1),
+            )
+            self._last_blocks[key] = held
+        return held
 
     def _stage_end(
         self, kind: int, mbs: int, first: int, budget: float, dp: int, flight: int, last_end: int
