@@ -105,3 +105,38 @@ def test_stage_capacities_match_a_scan_of_memory() -> None:
                 ]
                 checked += 1
     assert checked >= 30 and binding >= 5, (checked, binding)
+
+
+def test_every_stage_runs_a_block_on_its_own_option() -> None:
+    """A profile's fill is at least the pair's per-layer fill plus, per stage, what one
+    block takes on its option beyond the faster of the two (`Pair.extra_slow`,
+    `extra_fast`) plus its sends both ways: against the fill of every split. The bound is
+    met to rounding where the slow stages hold one block each (so one block more on either
+    side breaks it)."""
+    checked = tight = 0
+    for seed in range(30):
+        text = binding_instance(seed) if seed % 2 == 0 else random_instance(seed)
+        report = check_text(text, "case.yaml")
+        assert report.spec is not None
+        searcher = Search(PlanningModel(report.spec), SearchOptions(approximations=PROFILES))
+        model = searcher.model
+        if model.blocks > 12:
+            continue
+        mbs = model.microbatch_sizes()[0]
+        rows = {(r.slow, r.fast): r for r in searcher.pair_rows(mbs)}
+        for (slow, fast), row in list(rows.items())[:6]:
+            for stages, n in ((2, 1), (3, 1), (3, 2), (4, 2)):
+                if slow == fast or stages > model.blocks:
+                    continue
+                sequence = (slow,) * n + (fast,) * (stages - n)
+                sends = sum(searcher.send(a, b, mbs) for a, b in itertools.pairwise(sequence))
+                bound = row.fill + n * row.extra_slow + (stages - n) * row.extra_fast
+                bound += 2 * sends
+                least = math.inf
+                for cuts in itertools.combinations(range(1, model.blocks), stages - 1):
+                    shape = Shape(microbatch=mbs, boundaries=(0, *cuts, model.blocks), pipelines=1)
+                    least = min(least, model.pace_of_sets(shape, sequence)[1])
+                assert least >= bound * (1 - 1e-12), (seed, sequence)
+                checked += 1
+                tight += least <= bound * (1 + 1e-9)
+    assert checked >= 50 and tight >= 5, (checked, tight)

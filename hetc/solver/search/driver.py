@@ -95,6 +95,8 @@ class Search(Stripes):
         self._unfinished_bound = math.inf
         """The least bound of those shapes: their candidates not found may score that low."""
         self._range_floors = self._solver.name == "kind-profiles"
+        self._rented = self.objective == "min_cost" or self.budget is not None
+        """Whether the rental rate counts: a range's floor then splits it in halves."""
         """Whether a range of D popped under an incumbent is first bounded over its
         profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space."""
 
@@ -289,6 +291,15 @@ class Search(Stripes):
             if last > dp:
                 floor = self.range_floor(mbs, stages, dp, last)
                 if floor > incumbent:
+                    return None
+                if self._rented and last - dp + 1 > RANGE_SPAN:
+                    # the halves' floors read their own ends: tighter where the rental rate,
+                    # which grows with D, prices the plans
+                    middle = (dp + last) // 2
+                    for first, stop in ((dp, middle), (middle + 1, last)):
+                        bound = max(lb, floor, self.range_bound(mbs, stages, first, stop, True))
+                        if bound <= incumbent:
+                            heapq.heappush(queue, (bound, 0, mbs, stages, first, stop))
                     return None
             for bound, _, _, shape_dp in self._listed(
                 mbs, stages, dp, min(last, self.last_dp(mbs, stages))

@@ -5,6 +5,7 @@ may fit (or by their least cost per pass), built only as far as a shape reads th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from functools import cache
 from typing import NamedTuple
@@ -40,6 +41,11 @@ class Pair(NamedTuple):
     tied_both: float
     """The tied embedding's all-reduce between the first and the last stage, both on the
     slow option, and with the last on the fast one (0 without tied embeddings)."""
+    extra_slow: float
+    extra_fast: float
+    """What one block on the slow option (on the fast one) takes at least beyond the
+    faster of the two (`Pairs._extra`): every stage runs a block, so a profile's fill is
+    at least `fill` plus n of the first and P - n of the second."""
 
 
 class PairAt(NamedTuple):
@@ -255,6 +261,7 @@ class Pairs(Zones):
                             self._pair_fill(both, mbs),
                             self._tied(slow, slow),
                             self._tied(slow, fast),
+                            *self._extra(slow, fast, mbs),
                         )
                     )
             self._pair_constants[mbs] = rows
@@ -278,6 +285,19 @@ class Pairs(Zones):
             fill = sum((min(p[i + 1] - p[i] for p in prefixes) for i in layers), 0.0)
             self._fills[key] = fill
         return fill
+
+    def _extra(self, slow: Option, fast: Option, mbs: int) -> tuple[float, float]:
+        """(least over blocks of what the block takes on `slow` beyond the faster of the two
+        options, the same on `fast`): 0 where the option is the faster on some block."""
+        slow_prefix = self._time_prefix(slow[0], mbs)
+        fast_prefix = self._time_prefix(fast[0], mbs)
+        extra_slow = extra_fast = math.inf
+        for i in range(1, self.model.blocks + 1):
+            on_slow = slow_prefix[i + 1] - slow_prefix[i]
+            on_fast = fast_prefix[i + 1] - fast_prefix[i]
+            extra_slow = min(extra_slow, max(0.0, on_slow - on_fast))
+            extra_fast = min(extra_fast, max(0.0, on_fast - on_slow))
+        return extra_slow, extra_fast
 
     def _time_classes(self, options: Sequence[Option]) -> tuple[tuple[str, int], ...]:
         """The distinct (device, TP) of the options, sorted: an option's times depend on

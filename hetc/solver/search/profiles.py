@@ -94,13 +94,26 @@ class Profiles(Reach):
             least_fixed = 0.0
         queue = self._profile_queue(mbs, stages, dp, m1, fill_lb, sync_lb, True, least_fixed, dp)
         queue.sort()
-        for value, slow, fast, n, fixed, floor, ring in queue:
+        speed = self.option_speeds(mbs)[0]
+        for value, slow, fast, n, fixed, floor, ring, work in queue:
             if value > self.bound():
                 break
             self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
             ceiling = self._straggler_ceiling(fixed, m1, rate)
+            whole = self.whole_blocks(slow, fast, n, stages, mbs) if stages > 1 else 0.0
+            if whole > floor:
+                # the joint bound again, with its straggler at least `whole`
+                floor = whole
+                paced = (
+                    ring
+                    + _paced(fixed - ring, work, n, stages, speed[slow], speed[fast], m1, whole)[0]
+                )
+                if floor > ceiling or self.objective_bound(paced, rate) > (
+                    self.bound() * CUT_SLACK
+                ):
+                    continue
             boundaries = self.min_max_split(sequence, mbs, dp, floor, ceiling)
             if boundaries is None:
                 continue
@@ -119,6 +132,35 @@ class Profiles(Reach):
                 continue
             self.leaf(_Partial(stages=stages, mbs=mbs, dp=dp, boundaries=boundaries, sets=sequence))
 
+    def whole_blocks(self, slow: Option, fast: Option, n: int, stages: int, mbs: int) -> float:
+        """The straggler of n stages on `slow` then P - n on `fast` (P > 1) is at least
+        this: stages hold whole blocks, so with b the most blocks a fast stage holds, a slow
+        one holds at least ceil((L - (P - n) b) / n) (and every stage one), and each
+        stage's time is at least the least `window` of its blocks; the least over b of the
+        larger of the two windows (one rises with b, the other falls, so a binary search
+        finds it), plus the least send a stage makes."""
+        blocks = self.model.blocks
+        send = self.send(slow, slow, mbs)
+        if n == stages:
+            return self.window(slow, mbs, -(-blocks // stages)) + send
+        send = min(send, self.send(slow, fast, mbs), self.send(fast, fast, mbs))
+        rest = stages - n
+
+        def slow_blocks(most: int) -> int:
+            return max(1, -(-(blocks - rest * most) // n))
+
+        low, high = 1, max(1, -(-blocks // rest))
+        while low < high:
+            middle = (low + high) // 2
+            if self.window(fast, mbs, middle) >= self.window(slow, mbs, slow_blocks(middle)):
+                high = middle
+            else:
+                low = middle + 1
+        least = max(self.window(fast, mbs, low), self.window(slow, mbs, slow_blocks(low)))
+        if low > 1:
+            least = min(least, self.window(slow, mbs, slow_blocks(low - 1)))
+        return least + send
+
     def _profile_queue(
         self,
         mbs: int,
@@ -130,8 +172,8 @@ class Profiles(Reach):
         rings: bool,
         least_fixed: float,
         memory_dp: int,
-    ) -> list[tuple[float, Option, Option, int, float, float, float]]:
-        """(bound, slow, fast, n, fixed, straggler floor, least sync) of each profile of
+    ) -> list[tuple[float, Option, Option, int, float, float, float, float]]:
+        """(bound, slow, fast, n, fixed, straggler floor, least sync, work) of each profile of
         (m, P) over the pairs and run lengths at `dp` whose bound does not exceed the
         incumbent, the time cap or the budget, unsorted: `fixed` is its fill, sends and
         least sync (its rings, `_pair_rings`), the bound `fixed` plus m1 S at least
@@ -147,7 +189,7 @@ class Profiles(Reach):
         costly = not throughput or self.budget is not None
         bound = self.bound()
         largest = -(-model.blocks // stages)
-        queue: list[tuple[float, Option, Option, int, float, float, float]] = []
+        queue: list[tuple[float, Option, Option, int, float, float, float, float]] = []
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
@@ -176,6 +218,8 @@ class Profiles(Reach):
                 pair_fill,
                 _,
                 _,
+                extra_slow,
+                extra_fast,
             ) = pair
             if not throughput and least_fixed + m1 * dp * share * per_pass > bound * CUT_SLACK:
                 break
@@ -235,10 +279,11 @@ class Profiles(Reach):
                     egress = (n - 1) * e_ss + e_sf + (stages - n - 1) * e_ff
                     egress += n * r_s + (stages - n) * r_f
                     ring = ring_both
-                fixed = fill + 2 * sends + ring
-                paced, floor = _paced(
-                    fill + 2 * sends, share + pads, n, stages, sp_s, sp_f, m1, window
-                )
+                # every stage runs a block on its own option
+                run = pair_fill + n * extra_slow + (stages - n) * extra_fast
+                fixed = (fill if fill > run else run) + 2 * sends
+                paced, floor = _paced(fixed, share + pads, n, stages, sp_s, sp_f, m1, window)
+                fixed += ring
                 lb_t = ring + paced
                 # the rate matters only to a cost or a budget
                 rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
@@ -246,7 +291,7 @@ class Profiles(Reach):
                     continue
                 value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
                 if value <= bound:
-                    queue.append((value, slow, fast, n, fixed, floor, ring))
+                    queue.append((value, slow, fast, n, fixed, floor, ring, share + pads))
         return queue
 
     def _pair_rings(
@@ -311,7 +356,7 @@ class Profiles(Reach):
             mbs, stages, first, m1, fill_lb, sync_lb, rings, least_fixed, last
         )
         queue.sort()
-        for value, slow, fast, n, fixed, floor, _ in queue:
+        for value, slow, fast, n, fixed, floor, _, _ in queue:
             self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self.profile_rate(slow, n, fast, stages - n, first) if costly else 0.0
