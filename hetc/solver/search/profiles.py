@@ -106,10 +106,8 @@ class Profiles(Reach):
             if whole > floor:
                 # the joint bound again, with its straggler at least `whole`
                 floor = whole
-                paced = (
-                    ring
-                    + _paced(fixed - ring, work, n, stages, speed[slow], speed[fast], m1, whole)[0]
-                )
+                paced = ring + _joint(work, n, stages, speed[slow], speed[fast], m1, whole)
+                paced = max(paced, fixed + m1 * whole)
                 if floor > ceiling or self.objective_bound(paced, rate) > (
                     self.bound() * CUT_SLACK
                 ):
@@ -177,7 +175,7 @@ class Profiles(Reach):
         (m, P) over the pairs and run lengths at `dp` whose bound does not exceed the
         incumbent, the time cap or the budget, unsorted: `fixed` is its fill, sends and
         least sync (its rings, `_pair_rings`), the bound `fixed` plus m1 S at least
-        (`_paced`), for cost times the rate and plus the egress. The rings are the options'
+        (`_joint`), for cost times the rate and plus the egress. The rings are the options'
         own at `dp` where `rings` is set, else `sync_lb` and the tied embedding's alone;
         `least_fixed` is what every pair's cost floor adds to m1 D x its pass price. A
         profile whose stages cannot hold the blocks in memory at `memory_dp` pipelines
@@ -281,17 +279,27 @@ class Profiles(Reach):
                     ring = ring_both
                 # every stage runs a block on its own option
                 run = pair_fill + n * extra_slow + (stages - n) * extra_fast
-                fixed = (fill if fill > run else run) + 2 * sends
-                paced, floor = _paced(fixed, share + pads, n, stages, sp_s, sp_f, m1, window)
-                fixed += ring
-                lb_t = ring + paced
+                paid = (fill if fill > run else run) + 2 * sends
+                work = share + pads
+                floor = work / (n / sp_s + (stages - n) / sp_f)
+                if floor < window:
+                    floor = window
+                lb_t = paid + ring + m1 * floor
                 # the rate matters only to a cost or a budget
                 rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
-                if self.violates(lb_t, rate, egress):
+                extra = 0.0 if throughput else egress
+                if self.violates(lb_t, rate, egress) or (
+                    self.objective_bound(lb_t, rate) + extra > bound
+                ):
                     continue
-                value = self.objective_bound(lb_t, rate) + (0.0 if throughput else egress)
+                joint = ring + _joint(work, n, stages, sp_s, sp_f, m1, window)
+                if joint > lb_t:
+                    lb_t = joint
+                    if self.violates(lb_t, rate, egress):
+                        continue
+                value = self.objective_bound(lb_t, rate) + extra
                 if value <= bound:
-                    queue.append((value, slow, fast, n, fixed, floor, ring, share + pads))
+                    queue.append((value, slow, fast, n, paid + ring, floor, ring, work))
         return queue
 
     def _pair_rings(
@@ -395,30 +403,20 @@ def _sends_and_pads(
     return sends, pads
 
 
-def _paced(
-    fill: float,
-    work: float,
-    n: int,
-    stages: int,
-    sp_s: float,
-    sp_f: float,
-    m1: int,
-    window: float,
-) -> tuple[float, float]:
-    """(F + m1 S at least, S at least) for a profile of n stages on the slow option and
-    P - n on the fast one, whose whole-model times are sp_s and sp_f: `fill` bounds F (its
-    layers on the faster option, its sends both ways), and a stage's time with its sends
-    u_i over its option's whole-model time adds up to at least `work` (`Pairs.work_share`
-    and the sends as work), so S >= work / capacity and S >= `window`; jointly, F = sum
-    u_i with u_i <= S, so F + m1 S >= `least_paced` of the n and P - n stages at speeds
-    1 / sp_s and 1 / sp_f."""
-    capacity = n / sp_s + (stages - n) / sp_f
-    floor = max(work / capacity, window)
+def _joint(
+    work: float, n: int, stages: int, sp_s: float, sp_f: float, m1: int, low: float
+) -> float:
+    """F + m1 S at least for a profile of n stages on the slow option and P - n on the fast
+    one, whose whole-model times are sp_s and sp_f, S at least `low`: a stage's time with
+    its sends u_i over its option's whole-model time adds up to at least `work`
+    (`Pairs.work_share` and the sends as work) and F = sum u_i with u_i <= S, so F + m1 S
+    >= `least_paced` of the n and P - n stages at speeds 1 / sp_s and 1 / sp_f. (Apart,
+    F is at least the fill of its layers on the faster option and S at least work /
+    capacity: the queue takes the larger of both bounds.)"""
     if n == stages:
         groups = [(n, 1 / sp_s)]
     elif sp_f <= sp_s:
         groups = [(stages - n, 1 / sp_f), (n, 1 / sp_s)]
     else:
         groups = [(n, 1 / sp_s), (stages - n, 1 / sp_f)]
-    joint = least_paced(work, m1, window, groups) * ROUNDING
-    return max(fill + m1 * floor, joint), floor
+    return least_paced(work, m1, low, groups) * ROUNDING
