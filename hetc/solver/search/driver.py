@@ -98,7 +98,8 @@ class Search(Stripes):
         self._rented = self.objective == "min_cost" or self.budget is not None
         """Whether the rental rate counts: a range's floor then splits it in halves."""
         """Whether a range of D popped under an incumbent is first bounded over its
-        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space."""
+        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space, read once a
+        shape of its microbatch size has built the pair table (`Pairs.has_pair_rows`)."""
 
     def run(self) -> SearchResult:
         stop = ""
@@ -278,7 +279,7 @@ class Search(Stripes):
         it only improves, so they would never be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
-        if entry == 0 and incumbent < math.inf and self._range_floors:
+        if entry == 0 and incumbent < math.inf and self._range_floors and self.has_pair_rows(mbs):
             end = self._same_passes(mbs, dp)[1]
             if end < last:
                 start, end = self._same_passes(mbs, (dp + last) // 2)

@@ -118,6 +118,7 @@ class Pairs(Zones):
         profile bounds and every split ask for the same few pairs again and again."""
         self._boundary_egress = cache(model.boundary_egress)
         self._tied = cache(model.tied_time)
+        self._extras: dict[tuple[str, int, str, int, int], tuple[float, float]] = {}
         self._shares: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
         self._classes: dict[tuple[Option, ...], tuple[tuple[str, int], ...]] = {}
         self._fills: dict[tuple[tuple[tuple[str, int], ...], int], float] = {}
@@ -204,6 +205,11 @@ class Pairs(Zones):
             ring_f, egress_f = at_dp[fast]
             yield make(PairAt, (row, ring_s, ring_f, egress_s, egress_f, most))
 
+    def has_pair_rows(self, mbs: int) -> bool:
+        """Whether `pair_rows` at this microbatch size is built (seconds at thousands of
+        options, so the driver's range floors wait for a shape to build it)."""
+        return mbs in self._pair_constants
+
     def pair_rows_sized(self, mbs: int) -> list[tuple[Pair, tuple[int, int, int, int, int]]]:
         """`pair_rows`, each with its `pair_sizes`: the tables of `pairs` are rebuilt
         for every (m, D) from these."""
@@ -288,16 +294,23 @@ class Pairs(Zones):
 
     def _extra(self, slow: Option, fast: Option, mbs: int) -> tuple[float, float]:
         """(least over blocks of what the block takes on `slow` beyond the faster of the two
-        options, the same on `fast`): 0 where the option is the faster on some block."""
-        slow_prefix = self._time_prefix(slow[0], mbs)
-        fast_prefix = self._time_prefix(fast[0], mbs)
-        extra_slow = extra_fast = math.inf
-        for i in range(1, self.model.blocks + 1):
-            on_slow = slow_prefix[i + 1] - slow_prefix[i]
-            on_fast = fast_prefix[i + 1] - fast_prefix[i]
-            extra_slow = min(extra_slow, max(0.0, on_slow - on_fast))
-            extra_fast = min(extra_fast, max(0.0, on_fast - on_slow))
-        return extra_slow, extra_fast
+        options, the same on `fast`): 0 where the option is the faster on some block.
+        Cached by the options' device and TP, on which their times alone depend."""
+        kinds = self.model.kinds
+        ks, kf = kinds[slow[0]], kinds[fast[0]]
+        key = (ks.device, ks.tp, kf.device, kf.tp, mbs)
+        extra = self._extras.get(key)
+        if extra is None:
+            slow_prefix = self._time_prefix(slow[0], mbs)
+            fast_prefix = self._time_prefix(fast[0], mbs)
+            extra_slow = extra_fast = math.inf
+            for i in range(1, self.model.blocks + 1):
+                on_slow = slow_prefix[i + 1] - slow_prefix[i]
+                on_fast = fast_prefix[i + 1] - fast_prefix[i]
+                extra_slow = min(extra_slow, max(0.0, on_slow - on_fast))
+                extra_fast = min(extra_fast, max(0.0, on_fast - on_slow))
+            extra = self._extras[key] = (extra_slow, extra_fast)
+        return extra
 
     def _time_classes(self, options: Sequence[Option]) -> tuple[tuple[str, int], ...]:
         """The distinct (device, TP) of the options, sorted: an option's times depend on
