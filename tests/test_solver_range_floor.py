@@ -21,7 +21,7 @@ from oracles.profiles_space import ExhaustiveProfiles
 
 from hetc.costmodel.planning import PlanningModel
 from hetc.schema import Spec, check_text
-from hetc.solver.search import SearchOptions
+from hetc.solver.search import SearchOptions, SearchResult, driver
 from hetc.solver.search.driver import Search
 
 PROFILES = frozenset({"kind-profiles"})
@@ -98,3 +98,32 @@ def test_the_range_floor_is_below_every_profile_of_the_range_that_beats_the_incu
                     )
     assert checked >= 200 and pruned >= 20, (checked, pruned)
     assert {("max_throughput", True), ("max_throughput", False), ("min_cost", True)} <= objectives
+
+
+def test_waiting_for_the_pair_tables_changes_nothing_but_the_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With `EAGER_PAIRS` at 0 a range's floor waits for a shape of its microbatch size to
+    build the pair table (`has_pair_rows`, false before, true after): the search ends at
+    the same best, complete."""
+    checked = 0
+    for spec in _cases()[:30]:
+        model = PlanningModel(spec)
+        eager = search_profiles(model)
+        monkeypatch.setattr(driver, "EAGER_PAIRS", 0)
+        waiting = search_profiles(model)
+        monkeypatch.undo()
+        assert [c.value for c in waiting.candidates] == [c.value for c in eager.candidates]
+        assert waiting.complete and eager.complete
+        checked += bool(eager.candidates)
+    assert checked >= 10
+    probe = Search(PlanningModel(_cases()[1]), SearchOptions(approximations=PROFILES))
+    mbs = probe.model.microbatch_sizes()[0]
+    assert not probe.has_pair_rows(mbs)
+    probe.pair_rows(mbs)
+    assert probe.has_pair_rows(mbs)
+
+
+def search_profiles(model: PlanningModel) -> SearchResult:
+    """The `kind-profiles` search of the model, with no limit."""
+    return Search(model, SearchOptions(approximations=PROFILES)).run()

@@ -83,6 +83,12 @@ search proper."""
 SHALLOW_SHAPES = 24
 """Shapes of one or two stages searched before the others (see `Search._best_first`)."""
 
+EAGER_PAIRS = 20_000
+"""Up to this many pairs of stage options, a range's floor (`Profiles.range_floor`) builds
+its microbatch size's pair table if no shape has yet; beyond, it waits for one: the table
+grows as the square of the options, and on ten thousand GPUs in thirty zones building it
+for every microbatch size before any shape is searched delays the first plan by seconds."""
+
 
 class Search(Stripes):
     """The whole search: the best-first order over shapes, over every concept below."""
@@ -95,11 +101,14 @@ class Search(Stripes):
         self._unfinished_bound = math.inf
         """The least bound of those shapes: their candidates not found may score that low."""
         self._range_floors = self._solver.name == "kind-profiles"
+        self._eager_tables = (
+            self._range_floors and len(self.stage_options()) ** 2 // 2 <= EAGER_PAIRS
+        )
         self._rented = self.objective == "min_cost" or self.budget is not None
         """Whether the rental rate counts: a range's floor then splits it in halves."""
         """Whether a range of D popped under an incumbent is first bounded over its
-        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space, read once a
-        shape of its microbatch size has built the pair table (`Pairs.has_pair_rows`)."""
+        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space (on many
+        options, only once a shape has built the pair table: `EAGER_PAIRS`)."""
 
     def run(self) -> SearchResult:
         stop = ""
@@ -279,7 +288,12 @@ class Search(Stripes):
         it only improves, so they would never be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
-        if entry == 0 and incumbent < math.inf and self._range_floors and self.has_pair_rows(mbs):
+        if (
+            entry == 0
+            and incumbent < math.inf
+            and self._range_floors
+            and (self._eager_tables or self.has_pair_rows(mbs))
+        ):
             end = self._same_passes(mbs, dp)[1]
             if end < last:
                 start, end = self._same_passes(mbs, (dp + last) // 2)
