@@ -101,14 +101,15 @@ class Search(Stripes):
         self._unfinished_bound = math.inf
         """The least bound of those shapes: their candidates not found may score that low."""
         self._range_floors = self._solver.name == "kind-profiles"
+        """Whether a range of D popped under an incumbent is first bounded over its
+        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space."""
         self._eager_tables = (
             self._range_floors and len(self.stage_options()) ** 2 // 2 <= EAGER_PAIRS
         )
+        """Whether a range's floor may build its pair table before any shape has
+        (`EAGER_PAIRS`)."""
         self._rented = self.objective == "min_cost" or self.budget is not None
         """Whether the rental rate counts: a range's floor then splits it in halves."""
-        """Whether a range of D popped under an incumbent is first bounded over its
-        profiles (`Profiles.range_floor`): a bound of the `kind-profiles` space (on many
-        options, only once a shape has built the pair table: `EAGER_PAIRS`)."""
 
     def run(self) -> SearchResult:
         stop = ""
@@ -284,8 +285,12 @@ class Search(Stripes):
         two under their own bounds (`range_bound`) while that leaves a half out or nothing
         is known yet: where both halves stay under the incumbent, splitting further would
         mostly cost bounds, so its shapes are listed then, up to their memory cap
-        (`last_dp`, taken only there). Entries the incumbent already beats are not pushed:
-        it only improves, so they would never be popped."""
+        (`last_dp`, taken only there). Under `kind-profiles` with an incumbent, a range is
+        instead cut where m = ceil(T / D) changes (`_same_passes`), and a range of one m is
+        dropped when its floor over its profiles exceeds the incumbent
+        (`Profiles.range_floor`), else listed (halved first where the rent counts). Entries
+        the incumbent already beats are not pushed: it only improves, so they would never
+        be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
         incumbent = self.bound()
         if (

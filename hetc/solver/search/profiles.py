@@ -254,19 +254,22 @@ class Profiles(Reach):
             window = self.window(slow, mbs, largest)
             if slow != fast:
                 window = min(window, self.window(fast, mbs, largest))
-            ring_alone, ring_both = self._pair_rings(row, dp, stages, sync_lb, rings)
             if stages == 1 and not model.fits(slow[0], mbs, 0, model.blocks + 2, memory_dp, 1):
                 continue
+            ring_alone, ring_both = self._pair_rings(row, dp, stages, sync_lb, rings)
             if stages > 1:
                 by_slow = self.flight_blocks(slow[0], mbs, memory_dp, stages)
                 by_fast = self.flight_blocks(fast[0], mbs, memory_dp, stages)
                 last = self.last_blocks(fast[0], mbs, memory_dp)
             for n in lengths:
                 if stages > 1:
-                    # stage j holds at most what it holds with P - j microbatches in flight
-                    held = by_slow[stages] - by_slow[stages - n] + last
+                    # stage j < P - 1 holds at most what it holds with P - j microbatches
+                    # in flight; the last stage is the fast option's (slow is fast for n = P)
                     if n < stages:
-                        held += by_fast[stages - n] - by_fast[1]
+                        held = by_slow[stages] - by_slow[stages - n]
+                        held += by_fast[stages - n] - by_fast[1] + last
+                    else:
+                        held = by_slow[stages] - by_slow[1] + last
                     if held < model.blocks:
                         continue
                 sends, pads = _sends_and_pads(n, stages, s_ss, s_sf, s_ff, sp_s, sp_f)
