@@ -237,10 +237,10 @@ class Splits(Pairs):
         return self._memory_end(kind, mbs, 1, dp, flight) - 1
 
     def flight_blocks(self, kind: int, mbs: int, dp: int, stages: int) -> list[int]:
-        """Sums over k = 0..P of `stage_blocks` with min(k, m) microbatches in flight for
-        k = 1..: entry k - entry k - j holds the most blocks j stages before the last may
-        hold, those with k down to k - j + 1 in flight (m = ceil(T / D)). Cached, and
-        extended as deeper shapes ask."""
+        """Prefix sums, k = 0..P: entry k is the sum over f = 1..k of `stage_blocks` with
+        min(f, m) microbatches in flight (m = ceil(T / D)), so entry k less entry k - j is
+        the most blocks j stages before the last hold with k down to k - j + 1 in flight.
+        Cached, and extended as deeper shapes ask."""
         key = (kind, mbs, dp)
         sums = self._flight_blocks.get(key)
         if sums is None:
