@@ -38,13 +38,20 @@ def _least_straggler(
     return least
 
 
-def test_the_split_has_the_least_straggler_of_every_split() -> None:
-    checked = found = 0
-    for seed in range(30):
+def _searchers(count: int) -> list[Search]:
+    """`kind-profiles` searchers of the first `count` test instances."""
+    searchers = []
+    for seed in range(count):
         text = binding_instance(seed) if seed % 2 == 0 else random_instance(seed)
         report = check_text(text, "case.yaml")
         assert report.spec is not None
-        searcher = Search(PlanningModel(report.spec), SearchOptions(approximations=PROFILES))
+        searchers.append(Search(PlanningModel(report.spec), SearchOptions(approximations=PROFILES)))
+    return searchers
+
+
+def test_the_split_has_the_least_straggler_of_every_split() -> None:
+    checked = found = 0
+    for seed, searcher in enumerate(_searchers(30)):
         model = searcher.model
         if model.blocks > 16:
             continue
@@ -114,11 +121,7 @@ def test_every_stage_runs_a_block_on_its_own_option() -> None:
     met to rounding where the slow stages hold one block each (so one block more on either
     side breaks it)."""
     checked = tight = 0
-    for seed in range(30):
-        text = binding_instance(seed) if seed % 2 == 0 else random_instance(seed)
-        report = check_text(text, "case.yaml")
-        assert report.spec is not None
-        searcher = Search(PlanningModel(report.spec), SearchOptions(approximations=PROFILES))
+    for seed, searcher in enumerate(_searchers(30)):
         model = searcher.model
         if model.blocks > 12:
             continue

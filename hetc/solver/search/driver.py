@@ -321,11 +321,7 @@ class Search(Stripes):
                         if bound <= incumbent:
                             heapq.heappush(queue, (bound, 0, mbs, stages, first, stop))
                     return None
-            for bound, _, _, shape_dp in self._listed(
-                mbs, stages, dp, min(last, self.last_dp(mbs, stages))
-            ):
-                if bound <= incumbent:
-                    heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
+            self._push_listed(queue, mbs, stages, dp, last, incumbent)
             return None
         if entry == 0:
             if last - dp + 1 > RANGE_SPAN:
@@ -339,11 +335,7 @@ class Search(Stripes):
                         if bound <= incumbent:
                             heapq.heappush(queue, (bound, 0, mbs, stages, first, end))
                     return None
-            for bound, _, _, shape_dp in self._listed(
-                mbs, stages, dp, min(last, self.last_dp(mbs, stages))
-            ):
-                if bound <= incumbent:
-                    heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
+            self._push_listed(queue, mbs, stages, dp, last, incumbent)
             return None
         if zoned and entry == 1:
             excess = self.ring_excess(stages, dp)
@@ -353,6 +345,23 @@ class Search(Stripes):
                 return None
         self._searching = lb
         return mbs, stages, dp
+
+    def _push_listed(
+        self,
+        queue: list[tuple[float, int, int, int, int, int]],
+        mbs: int,
+        stages: int,
+        first: int,
+        last: int,
+        incumbent: float,
+    ) -> None:
+        """Push the shapes of (m, P) for D = first..last, up to their memory cap, whose
+        bounds do not exceed the incumbent."""
+        for bound, _, _, shape_dp in self._listed(
+            mbs, stages, first, min(last, self.last_dp(mbs, stages))
+        ):
+            if bound <= incumbent:
+                heapq.heappush(queue, (bound, 1, mbs, stages, shape_dp, shape_dp))
 
     def _same_passes(self, mbs: int, dp: int) -> tuple[int, int]:
         """The first and last D whose pipelines run as many microbatches as D = `dp`'s,
