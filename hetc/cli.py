@@ -25,7 +25,7 @@ import typer
 from hetc import __version__
 
 if TYPE_CHECKING:
-    from hetc.solver.deadline import Deadline
+    from hetc.solver.budget import Budget
 
 EXIT_INVALID, EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_INTERNAL = 1, 2, 4, 70
 EXIT_BROKEN_PIPE = 141
@@ -43,7 +43,9 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output 
 ExactFlag = Annotated[
     bool,
     typer.Option(
-        "--exact", help="No approximations, whatever the cluster size, and no default time limit."
+        "--exact",
+        help="No approximations, whatever the cluster size, and no default work budget or"
+        " safety cap.",
     ),
 ]
 ApproximationsOption = Annotated[
@@ -58,10 +60,20 @@ TimeLimitOption = Annotated[
     typer.Option(
         "--time-limit",
         min=0.0,
-        help="Wall seconds for the whole command (loading, search, building and simulating"
-        " the ranked plans, --explain; default 8 s, none with --exact): then the best plan"
-        " so far with its proven gap, and what the limit cut. Ctrl-C also stops the search"
-        " with the best plan so far.",
+        help="Wall seconds for the whole command instead of the work budget (the answer then"
+        " depends on the machine's speed and load); 0 lifts the wall-clock safety cap that"
+        " stands behind the work budget. Ctrl-C or SIGTERM also stops the search with the"
+        " best plan so far.",
+    ),
+]
+WorkLimitOption = Annotated[
+    int | None,
+    typer.Option(
+        "--work-limit",
+        min=1,
+        help="Units of work for the whole command (search, runners-up, reranking, --explain,"
+        " diagnosis): the same answer on any machine. Default 8,000,000, about 8 s on a"
+        " quiet 2-core machine; none with --exact.",
     ),
 ]
 EvalLimitOption = Annotated[
@@ -265,6 +277,7 @@ def plan_command(
     exact: ExactFlag = False,
     approximations: ApproximationsOption = None,
     time_limit: TimeLimitOption = None,
+    work_limit: WorkLimitOption = None,
     eval_limit: EvalLimitOption = None,
     solver: Annotated[
         str, typer.Option("--solver", help="`search` (default) or `cp-sat` (cross-check).")
@@ -288,7 +301,7 @@ def plan_command(
         as_json=as_json,
         explain=explain,
         approximations=_approximations(exact, approximations),
-        deadline=_deadline(exact, time_limit, started),
+        budget=_budget(exact, time_limit, work_limit, started),
         eval_limit=eval_limit,
         solver=solver,
         echo=_echo,
@@ -319,6 +332,7 @@ def compile_command(
     exact: ExactFlag = False,
     approximations: ApproximationsOption = None,
     time_limit: TimeLimitOption = None,
+    work_limit: WorkLimitOption = None,
     eval_limit: EvalLimitOption = None,
     cross_check: Annotated[
         bool, typer.Option("--cross-check", help="Also solve the chosen shape with CP-SAT.")
@@ -364,6 +378,7 @@ def compile_command(
         "--exact": exact,
         "--approximations": approximations is not None,
         "--time-limit": time_limit is not None,
+        "--work-limit": work_limit is not None,
         "--eval-limit": eval_limit is not None,
         "--cross-check": cross_check,
         "--measured-points": measured_points,
@@ -403,7 +418,7 @@ def compile_command(
         force=force,
         top=3 if top is None else top,
         approximations=_approximations(exact, approximations),
-        deadline=_deadline(exact, time_limit, started),
+        budget=_budget(exact, time_limit, work_limit, started),
         eval_limit=eval_limit,
         check_with_cp_sat=cross_check,
         echo=typer.echo,
@@ -737,16 +752,24 @@ def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
     return None
 
 
-def _deadline(exact: bool, given: float | None, started: float) -> Deadline | None:
-    """The command's wall budget from `started` (its start, by `time.perf_counter`):
-    --time-limit as given; else none with --exact, else the interactive default."""
+def _budget(
+    exact: bool, time_limit: float | None, work_limit: int | None, started: float
+) -> Budget:
+    """The command's budget (`solver.budget`): `--time-limit S` is S wall seconds from
+    `started` (the command's start, by `time.perf_counter`) instead of the work budget;
+    otherwise `--work-limit` units (the default without `--exact`, none with it) behind the
+    wall-clock safety cap, which `--exact` and `--time-limit 0` lift."""
+    from hetc.solver.budget import DEFAULT_WORK, SAFETY_CAP, Budget
     from hetc.solver.deadline import Deadline
-    from hetc.solver.planner import INTERACTIVE_TIME_LIMIT
 
-    seconds = given if given is not None or exact else INTERACTIVE_TIME_LIMIT
-    if seconds is None:
-        return None
-    return Deadline(at=started + seconds, seconds=seconds)
+    if time_limit:
+        return Budget(work=work_limit, clock=Deadline(at=started + time_limit, seconds=time_limit))
+    work = work_limit if work_limit is not None or exact else DEFAULT_WORK
+    if exact or time_limit == 0:
+        return Budget(work=work)
+    return Budget(
+        work=work, clock=Deadline(at=started + SAFETY_CAP, seconds=SAFETY_CAP), capped=True
+    )
 
 
 def _checked_spec(spec: Path) -> Any:

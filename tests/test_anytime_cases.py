@@ -201,5 +201,5 @@ def test_exact_plan_shows_progress_and_ctrl_c_returns_the_best_so_far() -> None:
     err = seen.decode(errors="replace")
     assert process.returncode == 0, err
     assert "plan 1:" in stdout.decode()
-    assert "warning: interrupted (Ctrl-C): the best plan so far" in err
+    assert "warning: interrupted (Ctrl-C or SIGTERM): the best plan so far" in err
     assert "gap at most" in err

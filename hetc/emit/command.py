@@ -14,14 +14,16 @@ from hetc.emit.output import write_output
 from hetc.schema import EnvironmentProblem
 from hetc.schema.source import read_plain_text
 from hetc.schema.spec import Spec
-from hetc.solver.deadline import Deadline
+from hetc.solver.budget import Budget
 from hetc.solver.given import GivenPlanError, check_given_plan
 from hetc.solver.report import Echo, cross_check, planned_or_diagnosed, stopped_text
 from hetc.units import format_duration, format_usd, plural
 
 PLANNING_SHARE = 0.75
-"""Of `hetc compile`'s wall budget, the share planning may spend; the rest is for writing the
-output, which takes seconds at thousands of ranks (docs/planner.md, Time limit)."""
+"""Of a `--time-limit` given to `hetc compile`, the share planning may spend; the rest is for
+writing the output, which takes seconds at thousands of ranks (docs/planner.md, Budgets).
+The work budget is not shared: planning gets all of it, as under `hetc plan`, so that both
+commands answer with the same plan."""
 
 
 def run_compile_command(
@@ -32,7 +34,7 @@ def run_compile_command(
     force: bool,
     top: int,
     approximations: frozenset[str] | None,
-    deadline: Deadline | None,
+    budget: Budget | None,
     eval_limit: int | None,
     check_with_cp_sat: bool,
     echo: Echo,
@@ -50,7 +52,7 @@ def run_compile_command(
         top=top,
         as_json=False,
         approximations=approximations,
-        deadline=None if deadline is None else deadline.part(PLANNING_SHARE),
+        budget=None if budget is None else budget.clock_part(PLANNING_SHARE),
         eval_limit=eval_limit,
         echo=echo,
         profile_files=profile_files,
@@ -67,7 +69,7 @@ def run_compile_command(
             err=True,
         )
     if result.cut is not None:
-        echo(f"hetc: warning: {result.cut} (raise --time-limit for more)", err=True)
+        echo(f"hetc: warning: {result.cut} (raise --work-limit for more)", err=True)
     compiled = compile_output(
         spec,
         result,

@@ -54,8 +54,9 @@ from itertools import combinations
 from typing import Any
 
 from hetc.schema.spec import Spec
+from hetc.solver.budget import Budget
 from hetc.solver.feasibility import necessary_conditions
-from hetc.solver.oracle import DIAGNOSIS_SECONDS, TOLERANCE, Oracle, constrained
+from hetc.solver.oracle import DIAGNOSIS_WORK, TOLERANCE, Oracle, constrained
 from hetc.solver.planner import Proposal
 from hetc.units import format_duration, format_usd, plural
 
@@ -533,11 +534,11 @@ def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
     """Name the binding constraint(s) of an infeasible spec and the least change of each
     that makes it feasible (see the module docstring); raises ValueError on a feasible one.
     `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points, and
-    `Oracle`'s time_limit (per search) and total (of the searches: DIAGNOSIS_SECONDS by
-    default; None with time_limit None makes the diagnosis exact, however long it takes).
+    `Oracle`'s work_limit (per search) and budget (of all the searches: DIAGNOSIS_WORK units
+    by default; None with work_limit None makes the diagnosis exact, however long it takes).
     When a necessary condition (`feasibility`) already fails, the message ends with it:
     why no plan exists, proven before any search, and the bound on the change it gives."""
-    oracle = Oracle(**{"total": DIAGNOSIS_SECONDS, **kwargs})
+    oracle = Oracle(**{"budget": Budget(work=DIAGNOSIS_WORK), **kwargs})
     if oracle.feasible(spec):
         raise ValueError("the spec is feasible: there is nothing to diagnose")
     diagnosis = _diagnose(oracle, spec)
@@ -578,14 +579,14 @@ def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
     if unsure:
         message += (
             f"; whether {' or '.join(unsure)} binds alone too is not known: its search stopped"
-            " at the time limit before finding a plan or proving there is none"
+            " at its limit of work before finding a plan or proving there is none"
         )
     proven = not unsure and all(proven_least(spec, f) for fixes in alternatives for f in fixes)
     if not proven:
         message += (
-            f" ({plural(oracle.stopped, 'search', 'searches')} stopped at their"
-            f" {oracle.time_limit:g} s limit: each change is verified; where a range is"
-            " given, the least value lies in it)"
+            f" ({plural(oracle.stopped, 'search', 'searches')} stopped at their limit of"
+            " work: each change is verified; where a range is given, the least value lies"
+            " in it)"
         )
     return Diagnosis(
         binding=" or ".join(binding),
@@ -599,7 +600,7 @@ def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
 
 def unknown(oracle: Oracle, spec: Spec) -> bool:
     """Whether the oracle neither found a plan of `spec` nor proved that it has none (its
-    searches stopped at their time limit): then nothing may be said either way."""
+    searches stopped at their limit): then nothing may be said either way."""
     return not oracle.feasible(spec) and not oracle.proven_infeasible(spec)
 
 
@@ -610,11 +611,11 @@ def _undetermined(oracle: Oracle, spec: Spec) -> Diagnosis:
         binding="undetermined",
         message=(
             "no plan was found, and with every constraint removed and every quota lifted the"
-            f" {plural(oracle.stopped, 'search', 'searches')} stopped at their time limit"
+            f" {plural(oracle.stopped, 'search', 'searches')} stopped at their limit of work"
             " before finding one or proving that none exists, so which constraint binds is"
             " not known"
         ),
-        change="raise --time-limit, or plan with --exact to search to the end",
+        change="raise --work-limit, or plan with --exact to search to the end",
         plan=None,
         proven=False,
     )

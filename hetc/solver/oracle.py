@@ -4,15 +4,14 @@ changes on them).
 
 A probe is a `first_feasible` search: a plan, when there is one, is mostly found in
 milliseconds, while a proof that there is none needs the whole search (or a necessary
-condition, `feasibility`, or an optimisation's bound). Every search is time-limited, so a
-probe answers (a plan or None, proven); the diagnosis turns unproven answers into a stated
-range rather than a guess.
+condition, `feasibility`, or an optimisation's bound). Every search has a limit of work
+(`budget`), so a probe answers (a plan or None, proven) and answers the same on any
+machine; the diagnosis turns unproven answers into a stated range rather than a guess.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,38 +22,42 @@ from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.simulate import simulate
 from hetc.plan import capability_problems
 from hetc.schema.spec import Spec, spec_hash
+from hetc.solver.budget import Budget
 from hetc.solver.build import build_plan
 from hetc.solver.feasibility import necessary_conditions
 from hetc.solver.planner import Proposal, default_approximations, plan_spec, predictions_of
 from hetc.solver.search import Candidate, SearchOptions, SearchResult, search
 
 __all__ = [
-    "DIAGNOSIS_SECONDS",
-    "MIN_SEARCH_SECONDS",
-    "SEARCH_SECONDS",
+    "DIAGNOSIS_WORK",
+    "MIN_SEARCH_WORK",
+    "SEARCH_WORK",
     "TOLERANCE",
     "Optimum",
     "Oracle",
     "constrained",
 ]
 
-SEARCH_SECONDS = 0.5
-"""Time limit of one search of the diagnosis: a probe stopped there with no plan counts as
-infeasible but proves nothing, so a suggestion stays verified and says how far it is proven
-least (`Fix.infeasible_at`). The planner's search can take minutes to prove an optimum or
-an infeasibility on some small specs (min_cost under max_gpus); a plan, when there is one,
-a first-feasible search mostly finds in milliseconds."""
+SEARCH_WORK = 500_000
+"""Work limit of one search of the diagnosis (units of `search.work`, about half a second):
+a probe stopped there with no plan counts as infeasible but proves nothing, so a suggestion
+stays verified and says how far it is proven least (`Fix.infeasible_at`). The planner's
+search can take minutes to prove an optimum or an infeasibility on some small specs
+(min_cost under max_gpus); a plan, when there is one, a first-feasible search mostly finds
+in milliseconds."""
 
-DIAGNOSIS_SECONDS = 1.5
-"""The time of the searches of one diagnosis: past it, each search gets MIN_SEARCH_SECONDS
-(plans are still found and necessary conditions still prove; long proofs are given up)."""
+DIAGNOSIS_WORK = 1_500_000
+"""The work of the searches of one diagnosis where no budget is given: past it, each search
+gets MIN_SEARCH_WORK (plans are still found and necessary conditions still prove; long
+proofs are given up)."""
 
-MIN_SEARCH_SECONDS = 0.02
+MIN_SEARCH_WORK = 20_000
 
 WITNESS_FACTOR = 2.0
-"""Every search gets at least this many times the slowest search so far that found a plan:
-on a large model (Llama-65B on 120 T4) finding a plan takes longer than SEARCH_SECONDS, and
-a probe cut shorter would miss plans that exist, so the diagnosis would name a larger fix."""
+"""Every search gets at least this many times the most work a search that found a plan
+spent so far: on a large model (Llama-65B on 120 T4) finding a plan takes more than
+SEARCH_WORK, and a probe cut shorter would miss plans that exist, so the diagnosis would
+name a larger fix."""
 
 
 def constrained(spec: Spec, **changes: Any) -> Spec:
@@ -81,12 +84,12 @@ class Oracle:
     (`feasibility`) is infeasible without a search, as in `plan_spec` (the bisections'
     probes below the answer are mostly such specs); otherwise a `first_feasible` search,
     which stops at the first plan meeting every constraint, answers, and one that ends
-    without a plan is a proof of infeasibility. A search stopped at `time_limit` without a
+    without a plan is a proof of infeasibility. A search stopped at its limit without a
     plan is unknown; then, where the spec has a budget or a floor, the bound of the
     optimisation without it may still prove it (`_bound_refutes`): no plan costs less
     than the min-cost search's lower bound, none is faster than the max-throughput one's.
-    `time_limit` bounds each search, `total` all of them (see DIAGNOSIS_SECONDS; None: no
-    bound)."""
+    `work_limit` bounds each search and `budget` all of them, each search charging it (see
+    DIAGNOSIS_WORK; None: no bound)."""
 
     def __init__(
         self,
@@ -95,18 +98,19 @@ class Oracle:
         overhead: FrameworkOverhead | None = None,
         approximations: frozenset[str] | None = None,
         measured_points: bool = False,
-        time_limit: float | None = SEARCH_SECONDS,
-        total: float | None = None,
+        work_limit: int | None = SEARCH_WORK,
+        budget: Budget | None = None,
     ) -> None:
-        self.time_limit = time_limit
-        self.deadline = None if total is None else time.perf_counter() + total
-        """Past it, each search gets MIN_SEARCH_SECONDS (None: no deadline)."""
-        self.witness_seconds = 0.0
-        """The slowest search so far that found a plan (see WITNESS_FACTOR)."""
+        self.work_limit = work_limit
+        self.budget = budget
+        """Every search charges it; once it is spent, each search gets MIN_SEARCH_WORK
+        (None: no bound of all the searches)."""
+        self.witness_work = 0
+        """The most work a search that found a plan spent so far (see WITNESS_FACTOR)."""
         self.stopped = 0
-        """Searches stopped by their time limit."""
+        """Searches stopped by their limits."""
         self.unknown = 0
-        """Feasibility probes that found no plan and proved none exists."""
+        """Feasibility probes that found no plan and did not prove that none exists."""
         self.profiles = tuple(profiles)
         self.overhead = overhead
         self.approximations = approximations
@@ -171,20 +175,29 @@ class Oracle:
         chosen = (
             default_approximations(model) if self.approximations is None else self.approximations
         )
+        seconds = None if self.budget is None else self.budget.seconds_left()
         options = SearchOptions(
-            approximations=chosen, first_feasible=first, time_limit=self._limit()
+            approximations=chosen,
+            first_feasible=first,
+            work_limit=self._limit(),
+            time_limit=seconds,
+            safety_cap=self.budget is not None and self.budget.capped,
         )
-        return model, search(model, options)
+        result = search(model, options)
+        if self.budget is not None:
+            self.budget.charge(result.work)
+        return model, result
 
-    def _limit(self) -> float | None:
-        """This search's time limit: `time_limit`, cut to what is left before the deadline,
-        never under MIN_SEARCH_SECONDS nor WITNESS_FACTOR times the slowest search that
-        found a plan."""
-        floor = WITNESS_FACTOR * self.witness_seconds
-        limit = None if self.time_limit is None else max(self.time_limit, floor)
-        if self.deadline is None:
+    def _limit(self) -> int | None:
+        """This search's work limit: `work_limit`, cut to what is left of the budget, never
+        under MIN_SEARCH_WORK nor WITNESS_FACTOR times the most work a search that found a
+        plan spent."""
+        floor = math.ceil(WITNESS_FACTOR * self.witness_work)
+        limit = None if self.work_limit is None else max(self.work_limit, floor)
+        left = None if self.budget is None else self.budget.left()
+        if left is None:
             return limit
-        left = max(MIN_SEARCH_SECONDS, floor, self.deadline - time.perf_counter())
+        left = max(MIN_SEARCH_WORK, floor, left)
         return left if limit is None else min(limit, left)
 
     def _capable(self, model: PlanningModel, candidate: Candidate) -> bool:
@@ -200,7 +213,7 @@ class Oracle:
             return None, True
         model, result = done
         if result.candidates:
-            self.witness_seconds = max(self.witness_seconds, result.seconds)
+            self.witness_work = max(self.witness_work, result.work)
         if result.candidates:
             if self._capable(model, result.candidates[0]):
                 return result.candidates[0], True
@@ -241,7 +254,9 @@ class Oracle:
         found = result.candidates
         if not found or self._capable(model, found[0]):
             return Optimum(found[0] if found else None, result.lower_bound, result.complete)
-        proposals = plan_spec(spec, **self.options()).proposals
+        limit = self._limit()
+        budget = Budget(work=limit) if self.budget is None else self.budget.part(1.0, most=limit)
+        proposals = plan_spec(spec, budget=budget, **self.options()).proposals
         return Optimum(proposals[0].candidate if proposals else None, 0.0, False)
 
     def proposal(self, spec: Spec) -> Proposal | None:

@@ -21,6 +21,7 @@ from hetc.costmodel.profile import LayerProfile
 from hetc.costmodel.simulate import Simulation, simulate
 from hetc.plan import Plan, Predictions, capability_problems
 from hetc.schema.spec import Spec, spec_hash
+from hetc.solver.budget import Budget, build_work
 from hetc.solver.build import build_plan
 from hetc.solver.deadline import Deadline
 from hetc.solver.feasibility import Infeasible, necessary_conditions
@@ -35,7 +36,6 @@ from hetc.solver.search import (
 from hetc.units import fixed, format_usd
 
 __all__ = [
-    "INTERACTIVE_TIME_LIMIT",
     "LARGE_CLUSTER_DEVICES",
     "Explanation",
     "PlanningResult",
@@ -59,25 +59,22 @@ approximation costs in plan quality is measured by bench/approximations.py --fam
 kept in one place, `certificate.MEASURED_GAPS`, which the answers quote."""
 
 
-INTERACTIVE_TIME_LIMIT = 8.0
-"""Wall seconds `hetc plan` and `hetc compile` allow the whole command unless told otherwise
-(`--exact` lifts it): loading, searching, building and simulating, explaining, all under one
-`Deadline` from the command's start, so that with the interpreter's start-up an answer comes
-within 10 s on any spec; the answer states the gap it has proven (`certificate`) and what
-the limit cut (`PlanningResult.cut`)."""
-
 SEARCH_SHARE = 0.6
 """The share of what is left of the budget when the search starts that the search may
-spend. The rest is for what follows: the search overruns its limit by up to its longest
-step between two checks (a shape's setup: seconds at thousands of options), and building
-and simulating plan 1 takes up to about a second and a half at 6,000 ranks
-(docs/planner.md, Time limit)."""
+spend; the rest is for what follows (the listing of runners-up, building and simulating the
+ranked plans, `--explain`). Under a wall clock the search also overruns its limit by up to
+its longest step between two checks (docs/planner.md, Budgets)."""
 
 GRACE_SHARE = 2.0
 """A search that reaches its share with no candidate yet may go on to its first one for this
-many times what was left when it started (`SearchOptions.grace`), past the budget: a plan 1
-that comes late beats none. On a machine loaded by other jobs (load 7 on 2 cores) the
-10,000-GPU example had no candidate after 5.6 s; idle, its first comes within 2 s."""
+many times what was left when it started (`SearchOptions.work_grace`, `grace`), past the
+budget: a plan 1 that comes late beats none."""
+
+LIST_SHARE = 0.25
+"""The listing search of the best `max(top, RERANKED)` may spend this share of what the
+first search spent (and no more than is left): where it does not finish in that, the first
+search's own runners-up are ranked instead, so the work after the search stays in
+proportion to it."""
 
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:
@@ -105,8 +102,8 @@ class PlanningResult:
     """The necessary condition the spec fails (`feasibility`), when one does: then no search
     ran and `search` is complete with no candidate."""
     cut: str | None = None
-    """What the time limit left out after the search, e.g. "reranked 2 of 4 candidates in
-    the time limit"; None when nothing was."""
+    """What the budget left out after the search, e.g. "reranked 2 of 4 candidates in
+    the work budget"; None when nothing was."""
 
 
 def plan_spec(
@@ -118,30 +115,35 @@ def plan_spec(
     approximations: frozenset[str] | None = None,
     eval_limit: int | None = None,
     time_limit: float | None = None,
-    deadline: Deadline | None = None,
+    work_limit: int | None = None,
+    budget: Budget | None = None,
     progress: Progress | None = None,
     must_use: frozenset[int] = frozenset(),
     measured_points: bool = False,
     stop: Event | None = None,
+    seeds: Sequence[Candidate] = (),
 ) -> PlanningResult:
     """Search the spec and build the best `top` plans (fewer if fewer are feasible), ranked
     by the simulator. One search proves plan 1, pruning against the best alone and keeping
     its best RERANKED - 1 runners-up (`SearchOptions.runners_up`), so that the gap it
     states is reached as fast as a search for one plan can; `search` in the result is that
-    one, the same whatever `top`. A second, seeded with its answer, lists the best
-    `max(top, RERANKED)` of distinct signature, which the simulator ranks; where the time
-    left does not let it finish, the first search's list is ranked instead;
-    none, without a search, when the spec fails a necessary condition (`feasibility`); with
+    one, the same whatever `top`. A second, seeded with its answer and given `LIST_SHARE` of
+    its work, lists the best `max(top, RERANKED)` of distinct signature, which the simulator
+    ranks; where it does not finish, the first search's list is ranked instead; none,
+    without a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
-    (`PlanningModel`).
+    (`PlanningModel`). `seeds` are candidates of the same spec known beforehand (another
+    search's), offered to the first search before anything else.
 
-    `deadline` (or `time_limit` seconds from this call, where no deadline is given) bounds
-    the whole call's wall time: the search gets `SEARCH_SHARE` of what is left, and
-    candidates after the first are built and simulated only while the time the last one
-    took is still left (the first always is, so that there is a plan 1); `cut` says what
-    was left out."""
-    if deadline is None and time_limit is not None:
-        deadline = Deadline.after(time_limit)
+    `budget` bounds the whole call (`budget.Budget`: work, and a wall clock if it has one);
+    where none is given, `work_limit` units and `time_limit` seconds (each None for none).
+    The search gets `SEARCH_SHARE` of what is left; candidates after the first are built
+    and simulated only while what the last one cost is still left (the first always is, so
+    that there is a plan 1); `cut` says what was left out. Each step charges the budget
+    what it spent."""
+    if budget is None:
+        clock = None if time_limit is None else Deadline.after(time_limit)
+        budget = Budget(work=work_limit, clock=clock)
     unknown = sorted((approximations or frozenset()) - set(APPROXIMATIONS))
     if unknown:
         raise ValueError(f"unknown approximation(s) {unknown}; known: {sorted(APPROXIMATIONS)}")
@@ -170,68 +172,97 @@ def plan_spec(
         runners_up=RERANKED - 1,
         approximations=chosen,
         eval_limit=eval_limit,
-        time_limit=_search_seconds(deadline),
-        grace=0.0 if deadline is None else GRACE_SHARE * deadline.remaining(),
         progress=progress,
         must_use=must_use,
         stop=stop,
+        seeds=tuple(seeds),
+        **search_limits(budget, SEARCH_SHARE),
     )
-    result = _budget_said(search(model, options), deadline)
+    result = search(model, options)
+    budget.charge(result.work)
+    said = budget.stop_words(result.stopped_by, result.work)
+    if said:
+        result = replace(result, stop_reason=said)
     candidates = result.candidates
     if result.complete and result.candidates:
         # the best `top` (at least RERANKED) proven as the search proves them, seeded with
-        # this search's answer; where the time left does not let it finish, this list stands
+        # this search's answer; where its share does not let it finish, this list stands
+        listing = budget.part(1.0, most=math.ceil(LIST_SHARE * result.work))
         again = replace(
             options,
             top=max(top, RERANKED),
             runners_up=0,
             progress=None,
-            time_limit=_search_seconds(deadline),
             seeds=result.candidates,
+            **search_limits(listing, 1.0),
         )
         listed = search(model, again)
+        listing.charge(listed.work)
         if listed.complete:
             candidates = listed.candidates
+    proposals, cut = rerank(model, spec, candidates, budget, profiles, overhead)
+    ranked = sorted(proposals, key=lambda p: simulated_objective(spec, p.simulation))[:top]
+    return PlanningResult(
+        proposals=tuple(ranked), search=result, approximations=chosen, model=model, cut=cut
+    )
+
+
+def search_limits(budget: Budget, share: float) -> dict[str, Any]:
+    """The limits of a search that may spend `share` of what is left of `budget`, as
+    `SearchOptions` fields: that share of its work and of its clock, and a grace to a first
+    candidate of `GRACE_SHARE` times what is left."""
+    left = budget.left()
+    seconds = budget.seconds_left()
+    return {
+        "work_limit": None if left is None else math.floor(share * left),
+        "work_grace": 0 if left is None else math.floor(GRACE_SHARE * left),
+        "time_limit": None if seconds is None else share * seconds,
+        "grace": 0.0 if seconds is None else GRACE_SHARE * seconds,
+        "safety_cap": budget.capped,
+    }
+
+
+def rerank(
+    model: PlanningModel,
+    spec: Spec,
+    candidates: Sequence[Candidate],
+    budget: Budget,
+    profiles: Sequence[LayerProfile],
+    overhead: FrameworkOverhead | None,
+) -> tuple[list[Proposal], str | None]:
+    """Build and simulate `candidates` in order while the budget holds what the last one
+    cost (its `build_work`, and under a clock its seconds), charging each; the first always.
+    Those outside the runtime's capability matrix are dropped. Returns the proposals and
+    what the budget cut, if anything."""
     digest = spec_hash(spec)
     proposals: list[Proposal] = []
     considered = 0
-    last = 0.0
+    last_units, last_seconds = 0, 0.0
+    why = ""
     for candidate in candidates:
-        if proposals and deadline is not None and deadline.remaining() < last:
+        if proposals and not budget.fits(last_units):
+            why = "the work budget"
+            break
+        seconds = budget.seconds_left()
+        if proposals and seconds is not None and seconds < last_seconds:
+            why = "the wall-clock safety cap" if budget.capped else "the time limit"
             break
         begun = time.perf_counter()
         considered += 1
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash=digest)
+        last_units = build_work(plan)
+        budget.charge(last_units)
         training = spec.training
         if capability_problems(plan, zero_stage=training.zero_stage, precision=training.precision):
             continue
         simulation = simulate(plan, spec, profiles=profiles, overhead=overhead)
         plan = replace(plan, predictions=predictions_of(simulation))
         proposals.append(Proposal(candidate=candidate, plan=plan, simulation=simulation))
-        last = time.perf_counter() - begun
-    ranked = sorted(proposals, key=lambda p: simulated_objective(spec, p.simulation))[:top]
+        last_seconds = time.perf_counter() - begun
     cut = None
     if considered < len(candidates):
-        cut = f"reranked {considered} of {len(candidates)} candidates in the time limit"
-    return PlanningResult(
-        proposals=tuple(ranked), search=result, approximations=chosen, model=model, cut=cut
-    )
-
-
-def _budget_said(result: SearchResult, deadline: Deadline | None) -> SearchResult:
-    """`result` with a stop by its time limit said as the whole budget's: the user gave
-    `deadline.seconds`, of which the search had its share (`SEARCH_SHARE`)."""
-    if deadline is None or not result.stop_reason.startswith("time limit"):
-        return result
-    said = (
-        f"time limit {deadline.seconds:g} s reached (the search had {result.seconds:.1f} s of it)"
-    )
-    return replace(result, stop_reason=said)
-
-
-def _search_seconds(deadline: Deadline | None) -> float | None:
-    """The search's own limit under `deadline`: `SEARCH_SHARE` of what is left."""
-    return None if deadline is None else SEARCH_SHARE * deadline.remaining()
+        cut = f"reranked {considered} of {len(candidates)} candidates in {why}"
+    return proposals, cut
 
 
 def simulated_objective(spec: Spec, simulation: Simulation) -> float:
@@ -273,7 +304,7 @@ class Explanation:
     """`no-plan` (no feasible plan rents it), `loses` (its best plan is worse by the
     simulator), `tie` (equal by the simulator, lost on a tie-break), `simulator-prefers`
     (better by the simulator, ranked below plan 1 by the planning estimate) or `unexplained`
-    (its part of the time limit found no plan using it)."""
+    (its part of the budget found no plan using it)."""
     value: float | None
     """The simulated objective (`simulated_objective`) of the best plan using it."""
     plan1_value: float
@@ -295,11 +326,11 @@ def pool_path(spec: Spec, index: int) -> str:
 
 
 def explain_unused(
-    result: PlanningResult, spec: Spec, *, deadline: Deadline | None = None, **kwargs: Any
+    result: PlanningResult, spec: Spec, *, budget: Budget | None = None, **kwargs: Any
 ) -> list[Explanation]:
     """For each pool the best plan leaves unused: the best plan that uses it and how it
     compares with plan 1 on the spec's objective, by the simulator (the number `hetc plan`
-    ranks and prints by), or why no such plan exists. Under `deadline`, each pool's plan
+    ranks and prints by), or why no such plan exists. Under `budget`, each pool's plan
     gets an equal part of what is left among the next `EXPLAINED_AT_ONCE` pools, and a pool
     whose part found nothing (or that comes after the budget is spent) is said to be
     unexplained, not to have no plan."""
@@ -315,13 +346,13 @@ def explain_unused(
     out = []
     for done, slot in enumerate(unused):
         left = len(unused) - done
-        if deadline is not None and deadline.expired():
+        if budget is not None and budget.exhausted():
             out.append(_unexplained(slot.label, pool_path(spec, slot.index), best))
             continue
         options = {**kwargs, "approximations": result.approximations}
         path = pool_path(spec, slot.index)
-        part = None if deadline is None else deadline.part(1 / min(left, EXPLAINED_AT_ONCE))
-        forced = plan_spec(spec, must_use=frozenset({slot.index}), deadline=part, **options)
+        part = None if budget is None else budget.part(1 / min(left, EXPLAINED_AT_ONCE))
+        forced = plan_spec(spec, must_use=frozenset({slot.index}), budget=part, **options)
         if not forced.proposals and not forced.search.complete:
             out.append(_unexplained(slot.label, path, best))
             continue
@@ -361,7 +392,7 @@ def explain_unused(
 
 
 EXPLAINED_AT_ONCE = 4
-"""Under a time limit, `explain_unused` splits what is left over at most this many pools at a
+"""Under a budget, `explain_unused` splits what is left over at most this many pools at a
 time: with hundreds of unused pools an equal split would leave each too little to find any
 plan, so the first pools get a search that can answer and the later ones what remains."""
 
@@ -380,8 +411,8 @@ def _unexplained(label: str, path: str, best: float) -> Explanation:
 
 
 UNEXPLAINED = (
-    "not explained within the time limit: no plan using it was found in its part of the"
-    " budget (raise --time-limit, or --exact for no limit)"
+    "not explained within the budget: no plan using it was found in its part of the"
+    " budget (raise --work-limit, or --exact for no limit)"
 )
 
 

@@ -28,8 +28,8 @@ from hetc.costmodel.simulate import read_profiles_for_command
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
 from hetc.solver.binding import explain_used
+from hetc.solver.budget import Budget
 from hetc.solver.certificate import Snapshot, declared_text, gap_text
-from hetc.solver.deadline import Deadline
 from hetc.solver.diagnosis import Diagnosis, diagnose
 from hetc.solver.interrupt import interrupt_stops
 from hetc.solver.planner import (
@@ -114,7 +114,7 @@ def proven_text(search: SearchResult, approximations: frozenset[str]) -> str:
 
 def stopped_text(search: SearchResult, approximations: frozenset[str]) -> str:
     """Why an unfinished search stopped, and what its answer is worth."""
-    why = "interrupted (Ctrl-C)" if search.interrupted else search.stop_reason
+    why = "interrupted (Ctrl-C or SIGTERM)" if search.interrupted else search.stop_reason
     return f"{why}: the best plan so far, {proven_text(search, approximations)}"
 
 
@@ -287,10 +287,6 @@ def _explanation_json(spec: Spec, explanations: list[Explanation]) -> list[dict[
     ]
 
 
-EXPLAIN_SHARE = 0.5
-"""With `--explain` under a time limit, the share of the budget left for the explanations."""
-
-
 def planned_or_diagnosed(
     spec: Spec,
     spec_dir: str,
@@ -298,7 +294,7 @@ def planned_or_diagnosed(
     top: int,
     as_json: bool,
     approximations: frozenset[str] | None,
-    deadline: Deadline | None,
+    budget: Budget | None,
     eval_limit: int | None,
     echo: Echo,
     profile_files: Sequence[str] = (),
@@ -309,8 +305,8 @@ def planned_or_diagnosed(
     """Plan the spec: the result and the planner options it used, or the exit code after
     printing why there is no plan (1 bad profile, or with `strict_profiles` a plan resting
     on a formula; 2 bad option; 3 infeasible with diagnosis). `measured_points` (implied by
-    `strict_profiles`) searches only the points the profiles timed. `deadline` bounds the
-    planning's wall time (`planner.plan_spec`); None for no limit."""
+    `strict_profiles`) searches only the points the profiles timed. `budget` bounds the
+    planning and the diagnosis (`planner.plan_spec`); None for no limit."""
     profiles = read_profiles_for_command(spec, spec_dir, spec_file, profile_files, echo)
     if profiles is None:
         return 1
@@ -334,7 +330,7 @@ def planned_or_diagnosed(
             result = plan_spec(
                 spec,
                 top=top,
-                deadline=deadline,
+                budget=budget,
                 eval_limit=eval_limit,
                 progress=progress,
                 stop=stop,
@@ -357,7 +353,7 @@ def planned_or_diagnosed(
     if not search.complete:
         echo(
             f"hetc: no plan found before the search stopped ({search.stop_reason});"
-            " raise --time-limit or --eval-limit",
+            " raise --work-limit or --eval-limit, or plan with --exact",
             err=True,
         )
         return 3
@@ -365,7 +361,7 @@ def planned_or_diagnosed(
     if restrict:
         diagnosis = _measured_points_binding(spec, profiles, approximations, spec_file)
     if diagnosis is None:
-        diagnosis = diagnose(spec, **options)
+        diagnosis = diagnose(spec, **options, **_diagnosis_limits(budget))
     if as_json:
         echo(
             json.dumps(
@@ -381,6 +377,14 @@ def planned_or_diagnosed(
     else:
         echo(_diagnosis_text(diagnosis), err=True)
     return 3
+
+
+def _diagnosis_limits(budget: Budget | None) -> dict[str, Any]:
+    """The diagnosis's limits under the command's `budget`: what is left of it, or none at
+    all (an exact diagnosis) where the command has no limit (`--exact`)."""
+    if budget is None or (budget.work is None and budget.clock is None):
+        return {"work_limit": None, "budget": None}
+    return {"budget": budget}
 
 
 def _measured_points_binding(
@@ -416,7 +420,7 @@ def run_plan_command(
     as_json: bool,
     explain: bool,
     approximations: frozenset[str] | None,
-    deadline: Deadline | None,
+    budget: Budget | None,
     eval_limit: int | None,
     solver: str,
     echo: Echo,
@@ -426,18 +430,16 @@ def run_plan_command(
     spec_file: str = "SPEC",
 ) -> int:
     """The whole `hetc plan`: returns the exit code (0 planned, 1 bad input or a strict
-    refusal, 3 infeasible). Under `deadline`, with `--explain`, the plan gets
-    `EXPLAIN_SHARE`'s complement of what is left and the explanations the rest."""
-    planning = deadline
-    if explain and deadline is not None:
-        planning = deadline.part(1 - EXPLAIN_SHARE)
+    refusal, 3 infeasible). Under `budget`, the plan spends what it needs of it whatever
+    the flags (so plan 1 is the same with or without `--explain`), and the explanations get
+    what it leaves."""
     planned = planned_or_diagnosed(
         spec,
         spec_dir,
         top=top,
         as_json=as_json,
         approximations=approximations,
-        deadline=planning,
+        budget=budget,
         eval_limit=eval_limit,
         echo=echo,
         profile_files=profile_files,
@@ -449,7 +451,7 @@ def run_plan_command(
         return planned
     result, options = planned
     search = result.search
-    explanations = explain_unused(result, spec, deadline=deadline, **options) if explain else []
+    explanations = explain_unused(result, spec, budget=budget, **options) if explain else []
     checked = cross_check(result) if solver == "cp-sat" else None
     if as_json:
         echo(json.dumps(_result_json(spec, result, explanations, checked), indent=2))
@@ -465,7 +467,7 @@ def run_plan_command(
     if not search.complete:
         echo(f"hetc: warning: {stopped_text(search, result.approximations)}", err=True)
     if result.cut is not None:
-        echo(f"hetc: warning: {result.cut} (raise --time-limit for more)", err=True)
+        echo(f"hetc: warning: {result.cut} (raise --work-limit for more)", err=True)
     blocks = [header]
     profiles = result.model.profiles
     styled = styled_output()
@@ -480,7 +482,7 @@ def run_plan_command(
         blocks.append(
             "every pool of the spec is used by plan 1; how much of each, and what binds:\n"
             + "\n".join(
-                f"  {line}" for line in explain_used(result, spec, deadline=deadline, **options)
+                f"  {line}" for line in explain_used(result, spec, budget=budget, **options)
             )
         )
     if checked is not None:

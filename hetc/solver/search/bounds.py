@@ -49,6 +49,7 @@ from hetc.solver.search.replica_slots import ReplicaSlots
 from hetc.solver.search.ring_frontier import beaten, flat_terms
 from hetc.solver.search.stage_shares import StageShares
 from hetc.solver.search.windows import Windows
+from hetc.solver.search.work import SHAPE_BOUND
 
 SHAPES_FLOOR_POPS = 4096
 """Entries `Bounds.shapes_floor` pops at most: its work stays bounded on the largest specs."""
@@ -357,6 +358,7 @@ class Bounds(Windows):
         cap = -1
         fill = static = send = 0.0
         lines: tuple[tuple[float, float], ...] = ()
+        self.tally[SHAPE_BOUND] += last - first + 1
         for dp in range(first, last + 1):
             max_tp = (devices - reserved * dp) // dp
             if max_tp < cap or cap < 0:
@@ -624,6 +626,7 @@ class Bounds(Windows):
         every D breaks the time cap or the budget (or there is no D)."""
         if last < first:
             return math.inf
+        self.tally[SHAPE_BOUND] += 1
         total = self.model.batch // mbs
         fill, static, lines, send = self.period_terms(
             mbs, stages, self.affordable_tp(stages, first)

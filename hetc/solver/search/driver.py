@@ -61,6 +61,7 @@ from hetc.solver.search.bounds import RANGE_SPAN
 from hetc.solver.search.incumbent import Candidate, SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
+from hetc.solver.search.work import LEAF, SHAPE
 from hetc.units import plural
 
 APPROXIMATIONS = {
@@ -114,12 +115,15 @@ class Search(Stripes):
     def run(self) -> SearchResult:
         stop = ""
         interrupted = False
+        by = ""
         try:
             for candidate in self.options.seeds:
                 self.offer(candidate)
-            self.greedy_seed()
+            if "kind-profiles" in self.approx:
+                # an exact search's warm start seeds itself so (`_warm_start`): once, not twice
+                self.greedy_seed()
         except _Stop as why:
-            return self._result(str(why), why.interrupted)
+            return self._result(str(why), why.interrupted, why.by)
         self._root = min((group[0] for group in self.shape_groups()), default=math.inf)
         if self.approx:
             self._root = max(self._root, self.shapes_floor())
@@ -137,10 +141,12 @@ class Search(Stripes):
         except _Stop as why:
             stop = str(why)
             interrupted = why.interrupted
-        return self._result(stop, interrupted)
+            by = why.by
+        return self._result(stop, interrupted, by)
 
-    def _result(self, stop: str, interrupted: bool) -> SearchResult:
-        """The search's answer, once it ended (`stop`: why it ended early, or "")."""
+    def _result(self, stop: str, interrupted: bool, by: str) -> SearchResult:
+        """The search's answer, once it ended (`stop`: why it ended early, or ""; `by`: the
+        limit that did, `SearchResult.stopped_by`)."""
         if self.unfinished_shapes and not stop:
             stop = f"the shape solver left {plural(self.unfinished_shapes, 'shape')} unfinished"
         candidates = self.alternatives()
@@ -161,6 +167,8 @@ class Search(Stripes):
             interrupted=interrupted,
             stop_reason=stop,
             greedy_count_leaves=self.greedy_counts,
+            work=self.work(),
+            stopped_by=by,
         )
 
     def greedy_seed(self) -> None:
@@ -221,6 +229,7 @@ class Search(Stripes):
     def _greedy_offer(self, mbs: int, cut: tuple[int, ...], kind: int, dp: int) -> bool:
         """Score one candidate of `greedy_seed`: whether it is feasible (and offered). Not
         counted in `evaluations`, the leaves of the search proper that `eval_limit` caps."""
+        self.tally[LEAF] += 1
         shape = Shape(microbatch=mbs, boundaries=cut, pipelines=dp)
         counts = tuple(((kind, dp),) for _ in range(len(cut) - 1))
         estimate = self.model.estimate(shape, counts)
@@ -292,6 +301,7 @@ class Search(Stripes):
         the incumbent already beats are not pushed: it only improves, so they would never
         be popped."""
         lb, entry, mbs, stages, dp, last = heapq.heappop(queue)
+        self.tally[SHAPE] += 1
         incumbent = self.bound()
         if (
             entry == 0
@@ -386,8 +396,11 @@ class Search(Stripes):
 
     def _warm_start(self) -> None:
         """Seed the incumbent with the `kind-profiles` answer: every candidate it finds is a
-        real one, so the exact search only gets a tighter bound from the start. Its progress
-        is reported as this search's (`_as_mine`)."""
+        real one, so the exact search only gets a tighter bound from the start. It runs the
+        greedy seed (the exact search runs none of its own) on this search's tally, so it is
+        the search `--approximations kind-profiles` runs under the same budget, and the
+        exact answer is never worse than that one's. Its progress is reported as this
+        search's (`_as_mine`)."""
         seed = Search(
             self.model,
             SearchOptions(
@@ -395,24 +408,29 @@ class Search(Stripes):
                 runners_up=self.options.runners_up,
                 approximations=self.approx | {"kind-profiles"},
                 eval_limit=self.options.eval_limit,
+                work_limit=self.options.work_limit,
+                work_grace=self.options.work_grace,
                 time_limit=self.options.time_limit,
+                safety_cap=self.options.safety_cap,
                 grace=self.options.grace,
                 progress=None if self.options.progress is None else self._as_mine,
                 progress_every=self.options.progress_every,
                 must_use=self.options.must_use,
                 stop=self.options.stop,
                 free_only=self.free,
+                seeds=self.options.seeds,
             ),
         )
         seed.started = self.started
         seed.last_report = self.last_report
+        seed.tally = self.tally
         result = seed.run()
         self.evaluations += result.evaluations
         self.greedy_counts += result.greedy_count_leaves
         for candidate in result.candidates:
             self.offer(candidate)
         if not result.complete:
-            raise _Stop(result.stop_reason, interrupted=result.interrupted)
+            raise _Stop(result.stop_reason, interrupted=result.interrupted, by=result.stopped_by)
 
     def _as_mine(self, now: Snapshot) -> None:
         """Report a snapshot of the warm start as this search's: its bound over all plans
@@ -486,13 +504,17 @@ def search(model: PlanningModel, options: SearchOptions | None = None) -> Search
     rest = options.time_limit
     if rest is not None:
         rest = max(0.0, rest - free.seconds)
+    work = options.work_limit
+    if work is not None:
+        work = max(0, work - free.work)
     with _collector_paused():
-        priced = Search(model, replace(options, time_limit=rest)).run()
+        priced = Search(model, replace(options, time_limit=rest, work_limit=work)).run()
     return replace(
         priced,
         evaluations=free.evaluations + priced.evaluations,
         seconds=free.seconds + priced.seconds,
         greedy_count_leaves=free.greedy_count_leaves + priced.greedy_count_leaves,
+        work=free.work + priced.work,
     )
 
 

@@ -28,6 +28,7 @@ from itertools import combinations
 from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.solver.search.counts import Counts
 from hetc.solver.search.incumbent import Candidate, SearchOptions
+from hetc.solver.search.work import DOMINANCE, KIND_SET, LEAF, PREFIX, PREFIX_PRICED
 
 CHECK_EVERY = 4096
 """Kind sets `kind_sets` lists between two checks of the limits: with many kinds that mix,
@@ -105,10 +106,12 @@ class Exact(Counts):
                         continue
                     sets.append((max(times[k] for k in combo), combo))
                     if len(sets) % CHECK_EVERY == 0:
+                        self.tally[KIND_SET] += CHECK_EVERY
                         self.check_limits()
                         if len(sets) > ROW_CAP:
                             raise _TooManySets
         sets.sort()
+        self.tally[KIND_SET] += len(sets) % CHECK_EVERY + len(model.kinds)
         if self._sets_size + len(sets) > SETS_CAP:
             self._sets.clear()
             self._sets_size = 0
@@ -194,6 +197,7 @@ class Exact(Counts):
             rest_devices,
         )
         self._open.append(floor)
+        tally = self.tally
         for at, end in enumerate(ends):
             end_layer = end + 2 if last else end + 1
             rest_fill = prefix[-1] - prefix[end_layer]
@@ -203,6 +207,7 @@ class Exact(Counts):
             floor.at = at
             for j, (t, combo) in enumerate(rows[at]):
                 floor.j = j
+                tally[PREFIX] += 1
                 send = self._stage_send(previous, combo, mbs) if index else 0.0
                 fill = state.fill + t + 2 * send
                 straggler = max(state.straggler, state.pending + send)
@@ -218,6 +223,7 @@ class Exact(Counts):
                     self.time_cap is not None and lb_t > self.time_cap
                 ):
                     continue
+                tally[PREFIX_PRICED] += 1
                 adds, spread = self.combo_info(combo, dp)
                 forced = list(state.forced)
                 over = False
@@ -309,6 +315,7 @@ class Exact(Counts):
         """Whether a partial with the same future (stage, end, neighbouring sets, resources)
         and no worse in every term was already expanded; records `values` if not."""
         held = self._memo.setdefault(key, [])
+        self.tally[DOMINANCE] += len(held) + 1
         for other in held:
             if all(o <= v for o, v in zip(other, values, strict=True)):
                 return True
@@ -326,6 +333,7 @@ class Exact(Counts):
         model's estimate, and `offer` if it is feasible and rents every `must_use` pool."""
         model = self.model
         self.evaluations += 1
+        self.tally[LEAF] += 1
         self.check_limits()
         shape = Shape(microbatch=state.mbs, boundaries=state.boundaries, pipelines=state.dp)
         counts = self.cheapest_counts(state.sets, state.dp)

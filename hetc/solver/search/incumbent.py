@@ -25,6 +25,7 @@ from threading import Event
 
 from hetc.costmodel.planning import Assignment, Estimate, PlanningModel, Shape
 from hetc.solver.certificate import Snapshot
+from hetc.solver.search.work import SLOTS, units
 
 Progress = Callable[[Snapshot], None]
 
@@ -83,8 +84,18 @@ class SearchOptions:
     approximations: frozenset[str] = frozenset()
     eval_limit: int | None = None
     """Stop after this many scored leaves (deterministic)."""
+    work_limit: int | None = None
+    """Stop after this many units of work (`work`: deterministic, the same step on any
+    machine)."""
+    work_grace: int = 0
+    """Units past `work_limit` the search may go on while it has no candidate yet, so that
+    a budget too small for a huge spec still ends with a plan where one is near."""
     time_limit: float | None = None
-    """Stop after this many seconds (the result is then the best found so far)."""
+    """Stop after this many seconds (the result is then the best found so far, and depends
+    on the machine's speed and load)."""
+    safety_cap: bool = False
+    """Whether `time_limit` is the wall-clock safety cap behind a work budget rather than a
+    limit the caller chose: only the words of `SearchResult.stop_reason` differ."""
     grace: float = 0.0
     """Seconds past `time_limit` the search may go on while it has no candidate yet, so that
     a time-limited search on a slow machine still has a plan to return."""
@@ -137,6 +148,11 @@ class SearchResult:
     stop_reason: str = ""
     greedy_count_leaves: int = 0
     """Leaves whose replica counts came from the greedy, not the exact programme."""
+    work: int = 0
+    """Units of work the search spent (`work.units`)."""
+    stopped_by: str = ""
+    """What ended it early, as a word: `work`, `evaluations`, `time`, `cap` (the safety cap),
+    `interrupted`; empty when nothing did (`complete`, or a shape solver gave up)."""
 
 
 FIRST_FEASIBLE = "first feasible candidate found"
@@ -144,9 +160,10 @@ FIRST_FEASIBLE = "first feasible candidate found"
 
 
 class _Stop(Exception):
-    def __init__(self, reason: str, *, interrupted: bool = False) -> None:
+    def __init__(self, reason: str, *, interrupted: bool = False, by: str = "") -> None:
         super().__init__(reason)
         self.interrupted = interrupted
+        self.by = "interrupted" if interrupted else by
 
 
 class Incumbent:
@@ -169,6 +186,9 @@ class Incumbent:
         self.ranked: list[Candidate] = []
         self._kth = math.inf
         self.evaluations = 0
+        self.tally = [0] * SLOTS
+        """Steps of each kind the search has taken (`work`); a nested search shares its
+        parent's list, so that one budget counts both."""
         self.greedy_counts = 0
         """Leaves whose counts came from the greedy (see `cheapest_counts`)."""
         self.started = time.perf_counter()
@@ -276,18 +296,29 @@ class Incumbent:
                     left += entry[5] - entry[4] + 1
         return left + (self._searching < math.inf)
 
+    def work(self) -> int:
+        """Units of work spent so far (`work.units` of the tally)."""
+        return units(self.tally)
+
     def check_limits(self) -> None:
         options = self.options
         if options.eval_limit is not None and self.evaluations > options.eval_limit:
-            raise _Stop(f"evaluation limit {options.eval_limit} reached")
+            raise _Stop(f"evaluation limit {options.eval_limit} reached", by="evaluations")
         if options.stop is not None and options.stop.is_set():
             raise _Stop("interrupted", interrupted=True)
+        work = options.work_limit
+        if work is not None and units(self.tally) > work + (
+            0 if self.ranked else options.work_grace
+        ):
+            raise _Stop(f"work budget of {work:,} units reached", by="work")
         now = time.perf_counter()
         limit = options.time_limit
         if limit is not None and now - self.started > limit + (
             0.0 if self.ranked else options.grace
         ):
-            raise _Stop(f"time limit {options.time_limit:g} s reached")
+            if options.safety_cap:
+                raise _Stop(f"wall-clock safety cap of {limit:g} s reached", by="cap")
+            raise _Stop(f"time limit {limit:g} s reached", by="time")
         if options.progress is not None and now - self.last_report >= options.progress_every:
             self.last_report = now
             incumbent: float | None = self.incumbent()

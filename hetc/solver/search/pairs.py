@@ -13,6 +13,7 @@ from typing import NamedTuple
 from hetc.costmodel.planning import PlanningModel
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.windows import Option
+from hetc.solver.search.work import HOSTED_ROW, PAIR_BUILT
 from hetc.solver.search.zones import Zones, _mirrored
 
 
@@ -185,7 +186,9 @@ class Pairs(Zones):
         `alone`, the one-option rows only), each with its `most_stages` at D: the rows of
         the tables of `pairs`, in the order given."""
         hosts = set(self.hosts(mbs, dp))
+        tally = self.tally
         for row, sizes in rows:
+            tally[HOSTED_ROW] += 1
             slow, fast = row[0], row[1]
             if (not alone or slow == fast) and slow in hosts and fast in hosts:
                 yield most_stages(dp, slow == fast, sizes), row
@@ -241,6 +244,7 @@ class Pairs(Zones):
             swaps = self.zone_swaps()
             listed = {(slow, fast) for x, slow in enumerate(ordered) for fast in ordered[x:]}
             for x, slow in enumerate(ordered):
+                self.tally[PAIR_BUILT] += len(ordered) - x
                 self.check_limits()  # O(options^2) rows: seconds at thousands of options
                 for fast in ordered[x:]:
                     both = (slow, fast)

@@ -38,6 +38,7 @@ from hetc.solver.search.pairs import PairAt
 from hetc.solver.search.reach import Reach
 from hetc.solver.search.replica_slots import ROUNDING, least_paced
 from hetc.solver.search.windows import Option
+from hetc.solver.search.work import PROFILE_LENGTH, PROFILE_ROW, PROFILE_TRIED
 
 CUT_SLACK = 1 + 1e-9
 """Relative slack on a bound that ends a sorted scan: the sort key and the bound are rounded
@@ -98,6 +99,7 @@ class Profiles(Reach):
         for value, slow, fast, n, fixed, floor, ring, work in queue:
             if value > self.bound():
                 break
+            self.tally[PROFILE_TRIED] += 1
             self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self.profile_rate(slow, n, fast, stages - n, dp) if costly else 0.0
@@ -191,7 +193,9 @@ class Profiles(Reach):
         limit = bound if throughput else math.inf
         if self.time_cap is not None:
             limit = min(limit, self.time_cap)
+        tally = self.tally
         for row in self.pairs(mbs, dp, stages == 1):
+            tally[PROFILE_ROW] += 1
             pair, ring_s, ring_f, r_s, r_f, most = row
             if not rings:
                 ring_s = ring_f = 0.0
@@ -262,6 +266,7 @@ class Profiles(Reach):
                 by_fast = self.flight_blocks(fast[0], mbs, memory_dp, stages)
                 last = self.last_blocks(fast[0], mbs, memory_dp)
             for n in lengths:
+                tally[PROFILE_LENGTH] += 1
                 if stages > 1:
                     # stage j < P - 1 holds at most what it holds with P - j microbatches
                     # in flight; the last stage is the fast option's (slow is fast for n = P)
@@ -368,6 +373,7 @@ class Profiles(Reach):
         )
         queue.sort()
         for value, slow, fast, n, fixed, floor, _, _ in queue:
+            self.tally[PROFILE_TRIED] += 1
             self.check_limits()
             sequence = (slow,) * n + (fast,) * (stages - n)
             rate = self.profile_rate(slow, n, fast, stages - n, first) if costly else 0.0

@@ -10,6 +10,7 @@ from hetc.costmodel.planning import PlanningModel
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.splits import Splits
 from hetc.solver.search.windows import Option
+from hetc.solver.search.work import REACH_PAIR
 
 NO_ROOM = 1 << 30
 """What `Reach.reach_sums` counts for a stage that holds no block: more than any model
@@ -74,9 +75,11 @@ class Reach(Splits):
         flights = -(-(self.model.batch // mbs) // last)
         rank = self._option_ranks(mbs)
         best = 0
+        tally = self.tally
         for at, (room_bound, one, other, sizes, swapped) in enumerate(self._pairs_by_room()):
             if room_bound // stages <= best:
                 break
+            tally[REACH_PAIR] += 1
             if at % PAIRS_PER_CHECK == 0:
                 self.check_limits()
             if one == other:

@@ -14,6 +14,7 @@ from hetc.costmodel.planning import PlanningModel
 from hetc.solver.cover import last_true
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.pairs import Pairs
+from hetc.solver.search.work import SPLIT_FILL
 
 SPLIT_TOLERANCE = 1e-6
 """Relative width at which the straggler bisection of `min_max_split` stops: splits whose
@@ -323,7 +324,9 @@ class Splits(Pairs):
             # ends now, so the fill fails the same way)
             bounds, start = [0], 0
             worst, change = 0.0, math.inf
+            tally = self.tally
             for j, option in enumerate(sequence):
+                tally[SPLIT_FILL] += 1
                 kind = option[0]
                 first = 0 if j == 0 else start + 1
                 flight = max(1, min(stages - j, m))
