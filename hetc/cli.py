@@ -785,14 +785,18 @@ def _checked_spec(spec: Path) -> Any:
 
 
 def _trainable_spec(spec: Path) -> Any:
-    """`_checked_spec`, with a positioned warning on stderr per model field the runtime
-    cannot train (`schema.trainable`)."""
-    from hetc.schema.trainable import untrainable
+    """`_checked_spec`, with each warning `hetc validate` gives the file on stderr, once, in
+    its form (a model field the runtime cannot train, an implausible magnitude, ...)."""
+    from hetc.schema import check_file
 
-    checked = _checked_spec(spec)
-    for diagnostic in untrainable(str(spec), checked):
+    checked = check_file(str(spec))
+    if checked.spec is None:
+        for diagnostic in checked.diagnostics:
+            typer.echo(diagnostic.format())
+        raise typer.Exit(EXIT_INVALID)
+    for diagnostic in checked.warnings:
         typer.echo(diagnostic.format(), err=True)
-    return checked
+    return checked.spec
 
 
 @app.command()

@@ -159,6 +159,18 @@ def parse_quantity(value: object, dimension: str) -> float:
     return magnitude
 
 
+def written_parts(value: int | float | str) -> tuple[str, str]:
+    """The number and the unit of a quantity as the spec writes them, the unit '' for a bare
+    number: '3.67 USD/h' -> ('3.67', 'USD/h'), 64 -> ('64', ''). For messages that repeat a
+    value with another unit; `value` is one `parse_quantity` reads."""
+    if not isinstance(value, str):
+        return str(value), ""
+    split = _SPLIT.match(value)
+    assert split is not None, f"{value!r} is not a quantity parse_quantity reads"
+    number, unit = split.groups()
+    return number, unit
+
+
 def _bound(dim: Dimension) -> str:
     """What a value of `dim` may be, after a negative one."""
     what = "zero or more" if dim.zero_allowed else "positive"

@@ -84,8 +84,48 @@ READING = [
     "- A zone named like another zone's region while it lies in a region of its own (zone `r1`",
     "  in region `r2` beside zone `r2` in region `r1`) gets a warning: a `between:` or report",
     "  that says `r1` reads two ways.",
+    "- A model the training runtime cannot train (`hetc/plan/capability.py`: OPT-350M's",
+    "  embedding projection, GPT-Neo's local attention) gets a warning at the field that names",
+    "  it, or at the preset: hetc plans and compiles it, and the runtime refuses it at start-up.",
+    "  `hetc compile` prints every warning of `hetc validate` once, on stderr.",
 ]
 """What `hetc validate` holds every file to beyond the schema's keys, as users meet it."""
+
+PLAUSIBLE = [
+    "## Implausible magnitudes",
+    "",
+    "A value beyond what any real device, link or price list has gets a warning at its own",
+    "position (`hetc validate --strict` fails on it). It is nearly always a unit that slipped:",
+    "a bare number is read in the base unit, so `price: 3.67` is 3.67 USD per second (13,212",
+    "USD/h), `memory: 64` is 64 bytes and `latency: 10` is 10 seconds; the planner would drop",
+    "such a pool or misprice it without a word. The warning says how the value reads and, where",
+    "one is plausible, the spelling most likely meant (for `price: 3.67`: write `3.67 USD/h`).",
+    "Each bound lies beyond the real extreme named beside it (`hetc/schema/plausible.py`):",
+    "",
+    "| value | keys | warns below | warns above | why no real value crosses the bound |",
+    "|---|---|---|---|---|",
+]
+"""The head of the plausibility table; its rows come from `hetc.schema.plausible.BOUNDS`."""
+
+
+def _plausible_rows() -> list[str]:
+    from hetc.schema.plausible import BOUNDS, INDEX, shown
+
+    rows = []
+    for bound in BOUNDS:
+        keys = ", ".join(
+            "`" + "".join(p if p == INDEX else f".{p}" for p in path).lstrip(".") + "`"
+            for path in bound.paths
+        )
+        low = "" if bound.low is None else shown(bound.low, bound.dimension)
+        high = "" if bound.high is None else shown(bound.high, bound.dimension)
+        why = " ".join(
+            f"{side}: {text}."
+            for side, text in (("below", bound.low_why), ("above", bound.high_why))
+            if text
+        )
+        rows.append(f"| {bound.what} | {keys} | {low} | {high} | {why} |")
+    return rows
 
 
 def render() -> str:
@@ -107,7 +147,7 @@ def render() -> str:
     ]
     for name, definition in definitions.items():
         lines.append(f"- **{name.replace('_', ' ')}**: {definition['description']}")
-    lines += ["", *READING]
+    lines += ["", *READING, "", *PLAUSIBLE, *_plausible_rows()]
     return "\n".join(lines) + "\n"
 
 

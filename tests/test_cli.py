@@ -28,11 +28,13 @@ def _bad_spec(tmp_path: Path) -> Path:
 
 
 def test_all_examples_validate() -> None:
-    """Every bundled example is a valid spec."""
+    """Every bundled example is a valid spec; its only warnings say that the runtime refuses
+    OPT-350M's and GPT-Neo's model fields."""
     assert len(EXAMPLES) >= 6
     result = runner.invoke(app, ["validate", *map(str, EXAMPLES)])
     assert result.exit_code == 0, result.output
-    assert result.stdout == ""
+    refused = re.compile(r"^\S+: model\.preset: warning: model (OPT-350M|GPT-Neo-2\.7B) has ")
+    assert all(refused.match(line) for line in result.stdout.splitlines()), result.stdout
 
 
 def test_invalid_file_exits_1_with_positioned_lines(tmp_path: Path) -> None:
@@ -55,7 +57,7 @@ def test_json_output(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["valid"] is False
     assert [f["valid"] for f in report["files"]] == [True, False]
-    first = report["files"][1]["diagnostics"][0]
+    first = next(d for d in report["files"][1]["diagnostics"] if d["severity"] == "error")
     assert first == {
         "file": str(bad),
         "line": 19,

@@ -22,7 +22,11 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent
 PRE_COMMIT = Path(sys.executable).with_name("pre-commit")
 HOOK = "hetc-validate"
-GOOD_SPEC = (ROOT / "examples" / "opt350m-a100.yaml").read_text(encoding="utf-8")
+GOOD_SPEC = (
+    (ROOT / "examples" / "opt350m-a100.yaml")
+    .read_text(encoding="utf-8")
+    .replace("preset: OPT-350M", "preset: GPT-3-1.3B")  # a model the runtime trains: no warning
+)
 BAD_SPEC = GOOD_SPEC.replace("quota: 128,", "quota: -4,")
 CI_WORKFLOW = """\
 name: ci
@@ -137,8 +141,10 @@ def consumer_config(tmp_path_factory: pytest.TempPathFactory, hook_repo: tuple[P
 
 
 def test_premises() -> None:
-    """The bad spec is the good one with a negative quota; pre-commit is in the dev venv."""
+    """The bad spec is the good one with a negative quota; the good one trains a model the
+    runtime takes; pre-commit is in the dev venv."""
     assert BAD_SPEC.count("quota: -4,") == 1
+    assert "preset: GPT-3-1.3B" in GOOD_SPEC
     assert PRE_COMMIT.is_file(), f"pre-commit not installed next to {sys.executable}"
 
 

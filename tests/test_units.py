@@ -18,6 +18,7 @@ from hetc.units import (
     index_ranges,
     parse_quantity,
     plural,
+    written_parts,
 )
 
 
@@ -97,6 +98,38 @@ def test_pattern_and_parser_agree(dimension: str, data: st.DataObject) -> None:
         assert "must be" in str(exc) or "finite" in str(exc)
     else:
         assert math.isfinite(value) and value >= 0
+
+
+@pytest.mark.parametrize(
+    ("value", "parts"),
+    [
+        ("3.67 USD/h", ("3.67", "USD/h")),
+        (" 64GB ", ("64", "GB")),
+        ("300e9", ("300e9", "")),
+        (64, ("64", "")),
+        (1e-12, ("1e-12", "")),
+    ],
+)
+def test_written_parts_are_the_number_and_unit_as_written(
+    value: int | float | str, parts: tuple[str, str]
+) -> None:
+    """A quantity's number and unit as the spec writes them, '' for a bare number."""
+    assert written_parts(value) == parts
+
+
+@given(
+    dimension=st.sampled_from(sorted(DIMENSIONS)),
+    data=st.data(),
+)
+def test_written_parts_read_back(dimension: str, data: st.DataObject) -> None:
+    """Number and unit of any string the pattern accepts spell the same quantity again."""
+    text = data.draw(st.from_regex(DIMENSIONS[dimension].pattern, fullmatch=True))
+    number, unit = written_parts(text)
+    try:
+        value = parse_quantity(text, dimension)
+    except UnitError:
+        return
+    assert parse_quantity(f"{number}{unit}", dimension) == value
 
 
 # -- numbers for people ----------------------------------------------------------------------

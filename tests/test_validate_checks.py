@@ -43,8 +43,12 @@ def _pool(doc: dict[str, Any], index: int = 0) -> dict[str, Any]:
 
 
 def test_the_base_example_is_clean() -> None:
-    """The mutation base itself has no diagnostics at all."""
-    assert _check(lambda d: None) == []
+    """The mutation base itself has no diagnostics but the two the runtime's refusal of
+    GPT-Neo's local attention gives (`hetc compile` prints the same)."""
+    assert [f.split(" has ")[0] for f in _check(lambda d: None)] == [
+        "model.preset: warning: model GPT-Neo-2.7B",
+        "model.preset: warning: model GPT-Neo-2.7B",
+    ]
 
 
 CASES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
@@ -328,7 +332,7 @@ def test_malformed_architecture_is_reported_not_crashed_on(architecture: dict[st
 MINIMAL = """\
 version: 1
 name: job
-model: {preset: OPT-350M}
+model: {preset: GPT-3-1.3B}
 training: {global_batch_size: 8}
 zones:
   - name: z
@@ -396,5 +400,6 @@ def test_an_integer_beyond_any_float_is_reported_not_a_crash() -> None:
     def huge(spec: dict[str, Any]) -> None:
         spec["constraints"] = {"min_throughput": 10**400}
 
-    (message,) = _check(huge)
+    (message,) = [f for f in _check(huge) if ": warning: " not in f]
     assert "constraints.min_throughput: 401-digit number is too large" in message
+

@@ -535,9 +535,11 @@ def _example_and_path(data: st.DataObject, keep: Any) -> tuple[str, Path_]:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_examples_survive_the_round_trip(name: str) -> None:
-    """Each example, loaded and dumped again as the tests do, validates cleanly."""
+    """Each example, loaded and dumped again as the tests do, validates cleanly: no problem
+    but the runtime's refusal of OPT-350M's or GPT-Neo's model fields, at the preset."""
     outcome = validate(_dump(DOCS[name]))
-    assert outcome.exit_code == 0 and not outcome.entries, outcome.entries
+    refused = [e for e in outcome.entries if e.startswith("model.preset: warning: model ")]
+    assert outcome.exit_code == 0 and outcome.entries == refused, outcome.entries
 
 
 @pytest.mark.slow

@@ -14,7 +14,9 @@ from typing import Any
 from hetc import catalog
 from hetc.schema.diagnostics import Finding, Path, did_you_mean
 from hetc.schema.names import name_findings
+from hetc.schema.plausible import plausibility_findings
 from hetc.schema.structure import conforms, iter_quantities, schema_default
+from hetc.schema.trainable import untrainable
 from hetc.units import UnitError, parse_quantity
 
 REQUIRED_FOR_NEW_DEVICE = ("memory", "peak_tflops", "memory_bandwidth")
@@ -46,6 +48,7 @@ def semantic_findings(data: Any, spec_dir: str = ".") -> list[Finding]:
     found.extend(_profiles(data, spec_dir))
     found.extend(_data_file(data, spec_dir))
     found.extend(name_findings(data))
+    found.extend(plausibility_findings(data))
     return found
 
 
@@ -74,6 +77,7 @@ def _model(data: dict[str, Any]) -> Iterator[Finding]:
     if "architecture" in model:
         for field, message in arch.problems():
             yield Finding(("model", "architecture", field), message)
+    yield from untrainable(model, arch)
     seq_len = _int(
         _dict(data.get("training")).get("seq_len", schema_default("training", "seq_len"))
     )

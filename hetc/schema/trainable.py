@@ -1,48 +1,60 @@
-"""Whether the runtime can train the spec's model, as a positioned warning for `hetc compile`.
+"""Whether the runtime can train the spec's model, as a positioned warning of every check.
 
-`hetc validate`, `plan` and `simulate` accept every catalog model: the cost model prices them
-all. The runtime trains fewer (`plan.model_problems`: it refuses OPT-350M's embedding
-projection and GPT-Neo's local attention at start-up). `hetc compile` checks the same list
-when it compiles, so that a user learns it then rather than at launch, and says where the spec
-names the model: the field under `model.architecture` where the spec writes it, else the
-preset's name. It warns rather than refuses: the launch files of such a plan are still what
-the planner chose (the Sailor scenarios' OPT-350M and GPT-Neo examples compile), and the
-runtime's own refusal stops them before any training step.
+The cost model prices every catalog model, so `hetc plan` and `simulate` take them all; the
+runtime trains fewer (`plan.model_problems`: it refuses OPT-350M's embedding projection and
+GPT-Neo's local attention at start-up). Reporting that among the spec's checks means a user
+learns it from `hetc validate` and the pre-commit hook, and `hetc compile` prints it with the
+spec's other warnings, rather than from a launch that stops. It points where the spec names
+the model: the field under `model.architecture` where the spec writes it, else the preset. It
+warns rather than refuses: the launch files of such a plan are still what the planner chose
+(the Sailor scenarios' OPT-350M and GPT-Neo examples compile), and the runtime's own refusal
+stops them before any training step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import asdict
+from typing import Any
 
+from hetc import catalog
 from hetc.plan import model_problems
-from hetc.schema.diagnostics import Diagnostic
-from hetc.schema.source import parse, read_text
-from hetc.schema.spec import Spec
+from hetc.schema.diagnostics import Finding, Path
+
+_WRITTEN_AT: dict[str, tuple[str, ...]] = {
+    "embedding_projection": ("embedding_projection",),
+    "local_attention_window": ("local_attention", "window"),
+    "attention_pattern": ("local_attention", "pattern"),
+}
+"""Where `model.architecture` writes each field `model_problems` names."""
 
 
-def untrainable(filename: str, spec: Spec) -> list[Diagnostic]:
-    """One warning per model field the runtime cannot train, at its place in `filename`
-    (the spec `spec` was read from); none when the runtime trains the model."""
-    model = asdict(spec.model)
-    problems = model_problems(model)
-    if not problems:
-        return []
-    _, positions = parse(read_text(filename))
-    out = []
-    for name, why in problems:
-        path: tuple[str, ...] = ("model", "architecture", name)
-        if path not in positions.values:
-            path = ("model", "preset") if ("model", "preset") in positions.values else ("model",)
-        line, column = positions.locate(path)
-        out.append(
-            Diagnostic(
-                filename,
-                line,
-                column,
-                ".".join(path),
-                f"model {spec.model_name} has {name} {model[name]!r}: {why}; the training runtime"
-                " refuses this model at start-up",
-                severity="warning",
-            )
+def untrainable(
+    model: dict[str, Any], architecture: catalog.ModelArchitecture
+) -> Iterator[Finding]:
+    """A warning per field of `architecture` (the model the spec's `model` mapping names or
+    describes) that the runtime cannot train; none when it trains the model."""
+    fields = asdict(architecture)
+    preset = model.get("preset")
+    found = catalog.find_model(preset) if isinstance(preset, str) else None
+    name = found.name if found is not None else "custom"
+    for field, why in model_problems(fields):
+        yield Finding(
+            _place(model, field),
+            f"model {name} has {field} {fields[field]!r}: {why}; the training runtime refuses"
+            " this model at start-up",
+            severity="warning",
         )
-    return out
+
+
+def _place(model: dict[str, Any], field: str) -> Path:
+    """The deepest path of `field` the spec writes: under `architecture`, else the preset."""
+    if "architecture" not in model:
+        return ("model", "preset")
+    path: Path = ("model", "architecture")
+    node: Any = model["architecture"]
+    for key in _WRITTEN_AT.get(field, (field,)):
+        if not isinstance(node, dict) or key not in node:
+            break
+        path, node = (*path, key), node[key]
+    return path
