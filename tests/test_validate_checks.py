@@ -403,3 +403,11 @@ def test_an_integer_beyond_any_float_is_reported_not_a_crash() -> None:
     (message,) = [f for f in _check(huge) if ": warning: " not in f]
     assert "constraints.min_throughput: 401-digit number is too large" in message
 
+
+def test_a_batch_beyond_any_float_is_reported_not_a_crash() -> None:
+    """Found by the property test: 10**400 sequences made the tokens-per-iteration message
+    format a product no float holds (OverflowError, exit 70); the schema's bound says it."""
+    text = MINIMAL.replace("global_batch_size: 8}", f"global_batch_size: {10**400}}}")
+    result = check_text(text, "s.yaml")
+    assert {d.path for d in result.errors} == {"training.global_batch_size"}
+    assert any("must be at most 1099511627776" in d.message for d in result.errors)

@@ -269,6 +269,7 @@ SEMANTIC_AT_PATH = {
     "model.architecture.heads",  # heads must divide hidden; kv_heads must divide heads
     "model.architecture.kv_heads",
     "training.seq_len",  # at most the model's learned positions
+    "training.global_batch_size",  # at most 2^40 tokens per iteration with seq_len
     "training.zero_stage",  # stage 3 is not supported
     "training.lr_schedule.min_lr",  # at most the peak lr
     "devices[*].name",  # defined twice
