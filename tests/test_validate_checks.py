@@ -404,10 +404,13 @@ def test_an_integer_beyond_any_float_is_reported_not_a_crash() -> None:
     assert "constraints.min_throughput: 401-digit number is too large" in message
 
 
-def test_a_batch_beyond_any_float_is_reported_not_a_crash() -> None:
-    """Found by the property test: 10**400 sequences made the tokens-per-iteration message
-    format a product no float holds (OverflowError, exit 70); the schema's bound says it."""
-    text = MINIMAL.replace("global_batch_size: 8}", f"global_batch_size: {10**400}}}")
+@pytest.mark.parametrize(("key", "bound"), [("global_batch_size", 2**40), ("seq_len", 2**24)])
+def test_a_batch_beyond_any_float_is_reported_not_a_crash(key: str, bound: int) -> None:
+    """Found by the property test: 10**400 sequences, or tokens per sequence, made the
+    tokens-per-iteration message format a product no float holds (OverflowError, exit 70);
+    the schema's bound says it."""
+    text = MINIMAL.replace("global_batch_size: 8}", f"global_batch_size: 8, {key}: {10**400}}}")
+    text = text.replace("global_batch_size: 8, global_batch_size", "global_batch_size")
     result = check_text(text, "s.yaml")
-    assert {d.path for d in result.errors} == {"training.global_batch_size"}
-    assert any("must be at most 1099511627776" in d.message for d in result.errors)
+    assert {d.path for d in result.errors} == {f"training.{key}"}
+    assert any(f"must be at most {bound}" in d.message for d in result.errors)

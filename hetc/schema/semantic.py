@@ -113,8 +113,8 @@ def _training(data: dict[str, Any]) -> Iterator[Finding]:
     training = _dict(data.get("training"))
     batch = _int(training.get("global_batch_size"))
     seq_len = _int(training.get("seq_len", schema_default("training", "seq_len")))
-    if batch is not None and batch > TOKENS_PER_ITERATION:
-        batch = None  # beyond the schema's maximum, which says so; no product of it to print
+    if max(batch or 0, seq_len or 0) > TOKENS_PER_ITERATION:
+        batch = None  # beyond the schema's maxima, which say so; no product of them to print
     if batch is not None and seq_len is not None and batch * seq_len > TOKENS_PER_ITERATION:
         yield Finding(
             ("training", "global_batch_size"),
