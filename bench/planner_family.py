@@ -1,7 +1,8 @@
 """The planner over a seeded family of specs unlike the benchmark scenarios (`spec_family`).
 
 Each spec is planned as `hetc plan` plans it (`planner.plan_spec` with its default
-approximations and the interactive time limit, `--time-limit` to change it) in a child process
+approximations and its default budget, `budget.command_budget`; `--work-limit` to change the
+work, `--time-limit` for a wall-clock budget instead) in a child process
 killed after 30 s of wall time (then the spec is "unanswered"). Prints one row per spec (its
 size, model, objective, constraints, seconds, verdict, the proven gaps of the plan) and the
 percentiles of time and of both gaps (`hetc.solver.certificate`): `gap`, how far plan 1 may
@@ -10,7 +11,8 @@ from the best plan of the planning model. A line `p95 gap over all plans: V, wor
 comes before the last, `p95 seconds: X, worst gap: Y, unanswered: Z` (Y the worst `gap`).
 Wall times on a loaded 2-core VM are noisy; nothing is asserted about them.
 
-Usage: python bench/planner_family.py [--count N] [--seed S] [--cap SECONDS] [--time-limit S]
+Usage: python bench/planner_family.py [--count N] [--seed S] [--cap SECONDS] [--work-limit N]
+                                     [--time-limit S]
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from spec_family import family_spec
 
 from hetc.schema.spec import Spec
 from hetc.solver.certificate import gap_text
-from hetc.solver.planner import INTERACTIVE_TIME_LIMIT, plan_spec
+from hetc.solver.budget import DEFAULT_WORK, command_budget
+from hetc.solver.planner import plan_spec
 from hetc.units import plural
 
 CAP_SECONDS = 30.0
@@ -61,9 +64,11 @@ Answer = tuple[float, str, float | None, float | None]
 plans (None without a plan)."""
 
 
-def _child(spec: Spec, time_limit: float | None, out: Connection) -> None:
+def _child(spec: Spec, limits: tuple[int, float | None], out: Connection) -> None:
     started = time.perf_counter()
-    result = plan_spec(spec, time_limit=time_limit)
+    work, seconds = limits
+    budget = command_budget(work_limit=work, time_limit=seconds, started=started)
+    result = plan_spec(spec, budget=budget)
     seconds = time.perf_counter() - started
     gap = result.search.gap if result.proposals else None
     every = result.search.gap_all_plans if result.proposals else None
@@ -76,13 +81,11 @@ def _child(spec: Spec, time_limit: float | None, out: Connection) -> None:
     out.send((seconds, verdict, gap, every))
 
 
-def timed(spec: Spec, cap: float, time_limit: float | None) -> Answer | None:
-    """(seconds, verdict, gap, gap over all plans) of planning `spec`, or None when it took
-    more than `cap` s."""
+def timed(spec: Spec, cap: float, limits: tuple[int, float | None]) -> Answer | None:
+    """(seconds, verdict, gap, gap over all plans) of planning `spec` under `limits` (work
+    units, and wall seconds instead where given), or None when it took more than `cap` s."""
     receiver, sender = multiprocessing.Pipe(duplex=False)
-    child = multiprocessing.get_context("fork").Process(
-        target=_child, args=(spec, time_limit, sender)
-    )
+    child = multiprocessing.get_context("fork").Process(target=_child, args=(spec, limits, sender))
     child.start()
     answered = receiver.poll(cap)
     answer: Answer | None = receiver.recv() if answered else None
@@ -103,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=40)
     parser.add_argument("--seed", type=int, default=27)
     parser.add_argument("--cap", type=float, default=CAP_SECONDS)
-    parser.add_argument("--time-limit", type=float, default=INTERACTIVE_TIME_LIMIT)
+    parser.add_argument("--work-limit", type=int, default=DEFAULT_WORK)
+    parser.add_argument("--time-limit", type=float, default=None)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     times: list[float] = []
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     unanswered = 0
     for k in range(args.count):
         spec = family_spec(rng)
-        answer = timed(spec, args.cap, args.time_limit)
+        answer = timed(spec, args.cap, (args.work_limit, args.time_limit))
         if answer is None:
             unanswered += 1
             times.append(args.cap)

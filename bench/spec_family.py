@@ -98,21 +98,25 @@ def _checked(text: str) -> Spec:
     return result.spec
 
 
-def family_spec(rng: random.Random) -> Spec:
-    """One spec of the planner family (see the module docstring)."""
+def family_text(rng: random.Random) -> str:
+    """The YAML of one spec of the planner family (see the module docstring), for tools that
+    run hetc on files."""
     devices = rng.sample(DEVICES, rng.randint(1, 6))
     regions = rng.randint(1, 4)
     zones = _zones(rng, devices, rng.randint(1, 12), regions, (4, 4096))
-    return _checked(
-        _text(
-            rng,
-            model=rng.choice(MODELS),
-            batch=rng.choice([64, 256, 512, 1024, 2048]),
-            zones=zones,
-            prices=rng.choice(["zero", "equal", "catalog", "catalog"]),
-            floors=True,
-        )
+    return _text(
+        rng,
+        model=rng.choice(MODELS),
+        batch=rng.choice([64, 256, 512, 1024, 2048]),
+        zones=zones,
+        prices=rng.choice(["zero", "equal", "catalog", "catalog"]),
+        floors=True,
     )
+
+
+def family_spec(rng: random.Random) -> Spec:
+    """One spec of the planner family (see the module docstring)."""
+    return _checked(family_text(rng))
 
 
 def small_spec(rng: random.Random) -> Spec:

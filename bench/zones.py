@@ -2,19 +2,19 @@
 
 Each case loads and validates its spec and runs `plan_spec` (search, build, simulate) in a
 fresh Python process that reports its wall time (after imports: what `hetc plan` spends
-inside its time limit), its peak resident set (ru_maxrss, so the interpreter's own ~100 MB
+under its budget), its peak resident set (ru_maxrss, so the interpreter's own ~100 MB
 are included) and the proven gap of plan 1 (`certificate`). The zone cases spread N zones
 of one A100-40GB pool each (quota 8, 4 per node, prices varying by region) over four
 regions of a realistic network (intra-zone, inter-zone, inter-region defaults); the batch
 case is OPT-350M with a global batch of 10^6 sequences on one zone. Nothing is asserted:
 the numbers are printed.
 
-Loading and planning share a wall budget of --time-limit seconds (default: `hetc plan`'s,
-`planner.INTERACTIVE_TIME_LIMIT`), counted from before the load as `hetc plan` counts it,
-and the answer is the best plan found in it; with --no-limit the search runs to the end.
+Planning has a budget of --work-limit units (default: `hetc plan`'s,
+`budget.DEFAULT_WORK`, behind its safety cap), and the answer is the best plan found in it;
+with --no-limit the search runs to the end.
 
 Usage: python bench/zones.py [--zones N ...] [--no-batch] [--timeout S]
-                             [--time-limit S | --no-limit]
+                             [--work-limit N | --no-limit]
 """
 
 from __future__ import annotations
@@ -68,17 +68,17 @@ def batch_spec(batch: int) -> str:
     return text.replace("global_batch_size: 1024", f"global_batch_size: {batch}")
 
 
-def _worker(text: str, time_limit: float | None) -> None:
+def _worker(text: str, work_limit: int | None) -> None:
     sys.path.insert(0, str(ROOT))
     from hetc.schema import check_text
-    from hetc.solver.deadline import Deadline
+    from hetc.solver.budget import Budget, command_budget
     from hetc.solver.planner import plan_spec
 
     start = time.perf_counter()
-    deadline = None if time_limit is None else Deadline(at=start + time_limit, seconds=time_limit)
+    budget = Budget() if work_limit is None else command_budget(work_limit=work_limit)
     spec = check_text(text, "bench.yaml").spec
     assert spec is not None
-    result = plan_spec(spec, deadline=deadline)
+    result = plan_spec(spec, budget=budget)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     best = result.proposals[0].plan if result.proposals else None
@@ -96,8 +96,8 @@ def _worker(text: str, time_limit: float | None) -> None:
     )
 
 
-def _run(label: str, text: str, timeout: float, time_limit: float | None) -> None:
-    limit = [] if time_limit is None else ["--time-limit", str(time_limit)]
+def _run(label: str, text: str, timeout: float, work_limit: int | None) -> None:
+    limit = [] if work_limit is None else ["--work-limit", str(work_limit)]
     try:
         done = subprocess.run(
             [sys.executable, __file__, "--worker", *limit],
@@ -122,25 +122,25 @@ def _run(label: str, text: str, timeout: float, time_limit: float | None) -> Non
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from hetc.solver.planner import INTERACTIVE_TIME_LIMIT
+    from hetc.solver.budget import DEFAULT_WORK
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--zones", type=int, nargs="*", default=[100, 200, 400, 1000])
     parser.add_argument("--no-batch", action="store_true")
     parser.add_argument("--timeout", type=float, default=600.0)
-    parser.add_argument("--time-limit", type=float, default=INTERACTIVE_TIME_LIMIT)
+    parser.add_argument("--work-limit", type=int, default=DEFAULT_WORK)
     parser.add_argument("--no-limit", action="store_true", help="search to the end")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.no_limit:
-        args.time_limit = None
+        args.work_limit = None
     if args.worker:
-        _worker(sys.stdin.read(), args.time_limit)
+        _worker(sys.stdin.read(), args.work_limit)
         return
     for zones in args.zones:
-        _run(f"{zones} zones", zones_spec(zones), args.timeout, args.time_limit)
+        _run(f"{zones} zones", zones_spec(zones), args.timeout, args.work_limit)
     if not args.no_batch:
-        _run("batch 10^6", batch_spec(10**6), args.timeout, args.time_limit)
+        _run("batch 10^6", batch_spec(10**6), args.timeout, args.work_limit)
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ WorkLimitOption = Annotated[
         "--work-limit",
         min=1,
         help="Units of work for the whole command (search, runners-up, reranking, --explain,"
-        " diagnosis): the same answer on any machine. Default 8,000,000, about 8 s on a"
+        " diagnosis): the same answer on any machine. Default 80,000,000, about 8 s on a"
         " quiet 2-core machine; none with --exact.",
     ),
 ]
@@ -396,7 +396,7 @@ def compile_command(
             )
             raise typer.Exit(EXIT_USAGE)
         code = run_compile_plan_command(
-            _trainable_spec(spec),
+            _checked_spec(spec),
             spec,
             plan,
             output,
@@ -410,7 +410,7 @@ def compile_command(
         if code:
             raise typer.Exit(code)
         return
-    checked = _trainable_spec(spec)
+    checked = _checked_spec(spec)
     code = run_compile_command(
         checked,
         spec,
@@ -755,38 +755,18 @@ def _approximations(exact: bool, given: str | None) -> frozenset[str] | None:
 def _budget(
     exact: bool, time_limit: float | None, work_limit: int | None, started: float
 ) -> Budget:
-    """The command's budget (`solver.budget`): `--time-limit S` is S wall seconds from
-    `started` (the command's start, by `time.perf_counter`) instead of the work budget;
-    otherwise `--work-limit` units (the default without `--exact`, none with it) behind the
-    wall-clock safety cap, which `--exact` and `--time-limit 0` lift."""
-    from hetc.solver.budget import DEFAULT_WORK, SAFETY_CAP, Budget
-    from hetc.solver.deadline import Deadline
+    """The command's budget from its flags (`solver.budget.command_budget`)."""
+    from hetc.solver.budget import command_budget
 
-    if time_limit:
-        return Budget(work=work_limit, clock=Deadline(at=started + time_limit, seconds=time_limit))
-    work = work_limit if work_limit is not None or exact else DEFAULT_WORK
-    if exact or time_limit == 0:
-        return Budget(work=work)
-    return Budget(
-        work=work, clock=Deadline(at=started + SAFETY_CAP, seconds=SAFETY_CAP), capped=True
+    return command_budget(
+        exact=exact, time_limit=time_limit, work_limit=work_limit, started=started
     )
 
 
 def _checked_spec(spec: Path) -> Any:
-    """The typed spec of a valid file; print its diagnostics and exit 1 otherwise."""
-    from hetc.schema import check_file
-
-    checked = check_file(str(spec))
-    if checked.spec is None:
-        for diagnostic in checked.diagnostics:
-            typer.echo(diagnostic.format())
-        raise typer.Exit(EXIT_INVALID)
-    return checked.spec
-
-
-def _trainable_spec(spec: Path) -> Any:
-    """`_checked_spec`, with each warning `hetc validate` gives the file on stderr, once, in
-    its form (a model field the runtime cannot train, an implausible magnitude, ...)."""
+    """The typed spec of a valid file, with each warning `hetc validate` gives it on stderr,
+    once, in its form (a model field the runtime cannot train, an implausible magnitude,
+    ...); print its diagnostics and exit 1 where it is invalid."""
     from hetc.schema import check_file
 
     checked = check_file(str(spec))

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from hetc.cli import app
@@ -169,10 +170,12 @@ def _read_until(fd: int, needle: bytes, seen: bytearray) -> bool:
     return True
 
 
-def test_exact_plan_shows_progress_and_ctrl_c_returns_the_best_so_far() -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_exact_plan_shows_progress_and_a_signal_returns_the_best_so_far(signum: int) -> None:
     """`hetc plan --exact` on the GPT-Neo example, stderr a terminal: a progress line with
-    best, bound and gap appears, and SIGINT then ends it with exit 0, plan 1 on stdout and a
-    warning naming the interruption and the gap on stderr."""
+    best, bound and gap appears, and SIGINT (Ctrl-C) or SIGTERM (a scheduler's stop) then
+    ends it with exit 0, plan 1 on stdout and a warning naming the interruption and the gap
+    on stderr."""
     main, child = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     spec = ROOT / "examples/gptneo-a100-v100.yaml"
@@ -190,7 +193,7 @@ def test_exact_plan_shows_progress_and_ctrl_c_returns_the_best_so_far() -> None:
         assert shown, seen.decode(errors="replace")
         _read_until(main, b"scored", seen)
         assert b", gap " in seen and b"bound " in seen and b"shapes left" in seen
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         stdout, _ = process.communicate(timeout=300)
         _read_until(main, b"\x00", seen)
     finally:

@@ -3,7 +3,7 @@ compiles (the runtime refuses such a model at start-up; before, the user learnt 
 
 Oracle for the list of refused fields: the runtime itself (`ModelConfig.from_dict`), which now
 reads the same `plan.model_problems`; the test checks every catalog preset both ways.
-Mutation check (done): with the warning loop removed from `cli._trainable_spec`, the first two
+Mutation check (done): with the warning loop removed from `cli._checked_spec`, the first two
 tests fail.
 """
 

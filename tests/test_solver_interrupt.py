@@ -1,11 +1,13 @@
-"""Ctrl-C during a search: the first SIGINT only sets the search's stop event, a second one
-interrupts as usual, and the previous handler is back after the block."""
+"""Ctrl-C (or SIGTERM) during a search: the first SIGINT or SIGTERM only sets the search's
+stop event, a second signal acts as usual, and the previous handlers are back after the
+block (`hetc plan` itself, stopped either way: tests/test_anytime_cases.py)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -52,3 +54,25 @@ def test_off_the_main_thread_the_event_is_not_wired() -> None:
     worker.start()
     worker.join()
     assert seen == [False, True]
+
+
+def test_a_sigterm_sets_the_event_and_a_second_terminates_as_before() -> None:
+    """A SIGTERM inside the block sets the event without ending the process; the handlers of
+    both signals are put back at once, so a second SIGTERM reaches the previous handler
+    (here a recorder), and after the block both handlers are the ones from before."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+        with interrupt_stops() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.wait(5) and got == []
+            assert signal.getsignal(signal.SIGTERM) is before[1]
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.monotonic() + 30
+            while not got and time.monotonic() < deadline:
+                threading.Event().wait(0.01)
+            assert got == [signal.SIGTERM]
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -4,9 +4,9 @@ prints, at the same position, and `hetc compile` prints each of them once.
 Both commands read the spec through `schema.check_file`; these tests pin that no warning
 about the spec reaches compile's output by another road (as the runtime's refusal of a model
 field once did, printed by compile alone), and that compile repeats none. Mutation checks
-(done, by patching in a pytest plugin): `cli._trainable_spec` printing the runtime-model
+(done, by patching in a pytest plugin): `cli._checked_spec` printing the runtime-model
 warnings a second time fails every compile test of a spec with such a warning; the
-runtime-model check taken out of `schema.semantic` and printed by `_trainable_spec` alone (the
+runtime-model check taken out of `schema.semantic` and printed by `_checked_spec` alone (the
 old road) fails them too, the bundled OPT-350M and GPT-Neo specs among them.
 """
 

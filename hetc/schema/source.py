@@ -17,8 +17,11 @@ from typing import Any
 
 from hetc.schema.diagnostics import EnvironmentProblem, Path
 
-MAX_FILE_BYTES = 1024 * 1024
-"""Specs are a few kilobytes; anything over a MiB is refused before parsing."""
+MAX_FILE_BYTES = 256 * 1024
+"""Specs are a few kilobytes; anything over 256 KiB (about 2,000 one-pool zones) is refused
+before parsing, with that reason: the YAML reader takes about 8 us a byte, so a larger spec
+would spend more than the planner's whole budget (docs/planner.md, Budgets) being read, and
+the planner's bounded work would not bound the command."""
 MAX_NODES = 100_000
 """Nodes after alias expansion; a billion-laughs document exceeds this at once."""
 MAX_DEPTH = 64
@@ -101,7 +104,11 @@ def read_text(filename: str) -> str:
         raw = handle.read(MAX_FILE_BYTES + 1)
     if len(raw) > MAX_FILE_BYTES:
         raise SyntaxProblem(
-            1, 1, f"file is larger than the {MAX_FILE_BYTES // 1024} KiB cap for a spec"
+            1,
+            1,
+            f"file is larger than the {MAX_FILE_BYTES // 1024} KiB cap for a spec (about 2,000"
+            " zones; reading more would take longer than the planner's whole budget): split"
+            " the spec, or merge zones of one region that differ only in name",
         )
     return decode(raw)
 

@@ -31,9 +31,10 @@ __all__ = [
     "SAFETY_CAP",
     "Budget",
     "build_work",
+    "command_budget",
 ]
 
-DEFAULT_WORK = 8_000_000
+DEFAULT_WORK = 80_000_000
 """Units of work `hetc plan` and `hetc compile` spend unless told otherwise (`--work-limit`):
 about 8 s of the source build on a quiet 2-core machine, the wall budget they had before
 (docs/planner.md, Budgets, has the calibration)."""
@@ -43,22 +44,26 @@ SAFETY_CAP = 60.0
 machine several times slower or busier than the calibration one reaches it, and the answer
 then says that the clock, not the work, decided it (`--time-limit 0` lifts the cap)."""
 
-RANK_WORK = 150
-"""Units to build and simulate a plan, per rank (process) of the plan: building it, its
-rank records, its memory check and its share of the event simulation (about 0.15 ms each at
-6,000 ranks)."""
+PLAN_WORK = 10_000
+"""Units to build and simulate any plan, whatever its size (about a millisecond)."""
 
-EVENT_WORK = 2
+RANK_WORK = 1_000
+"""Units to build and simulate a plan, per rank (process) of the plan: building it, its
+rank records, its memory check and its share of the event simulation (about 0.1 ms each at
+thousands of ranks)."""
+
+EVENT_WORK = 8
 """Units per (pipeline, stage, microbatch) of the event simulation's 1F1B timeline."""
 
 
 def build_work(plan: Plan) -> int:
-    """The units building and simulating `plan` costs: a fixed charge per rank and per
-    event of its 1F1B timeline (`RANK_WORK`, `EVENT_WORK`), so that the reranking of
-    thousands-of-ranks plans spends a budget as it spends seconds."""
+    """The units building and simulating `plan` costs: a fixed charge, one per rank and one
+    per event of its 1F1B timeline (`PLAN_WORK`, `RANK_WORK`, `EVENT_WORK`, fitted on plans
+    of 1 to 5,000 ranks, docs/planner.md, Budgets), so that the reranking of thousands-of-ranks
+    plans spends a budget as it spends seconds."""
     ranks = sum(r.tp for stage in plan.stages for r in stage.replicas)
     events = sum(len(plan.stages) * p.microbatches for p in plan.pipelines)
-    return RANK_WORK * ranks + EVENT_WORK * events
+    return PLAN_WORK + RANK_WORK * ranks + EVENT_WORK * events
 
 
 @dataclass(slots=True)
@@ -75,20 +80,6 @@ class Budget:
     """Whether `clock` is the safety cap rather than the caller's limit."""
     spent: int = 0
     parent: Budget | None = field(default=None, repr=False)
-
-    @classmethod
-    def of_work(cls, units: int | None, *, cap: float | None = SAFETY_CAP) -> Budget:
-        """A budget of `units` (None: unlimited) behind a safety cap of `cap` seconds from now
-        (None or 0: no cap)."""
-        clock = Deadline.after(cap) if cap else None
-        return cls(work=units, clock=clock, capped=clock is not None)
-
-    @classmethod
-    def of_seconds(cls, seconds: float, *, started: float | None = None) -> Budget:
-        """A wall-clock budget of `seconds` from `started` (a `time.perf_counter` reading;
-        now by default) and no limit of work: what `--time-limit` asks for."""
-        at = (time.perf_counter() if started is None else started) + seconds
-        return cls(work=None, clock=Deadline(at=at, seconds=seconds))
 
     def left(self) -> int | None:
         """Units left (None: unlimited)."""
@@ -168,3 +159,27 @@ class Budget:
                 " same on any machine)"
             )
         return ""
+
+
+def command_budget(
+    *,
+    exact: bool = False,
+    time_limit: float | None = None,
+    work_limit: int | None = None,
+    started: float | None = None,
+) -> Budget:
+    """The budget of `hetc plan` or `hetc compile` from their flags: `--time-limit S` is S
+    wall seconds from `started` (the command's start, a `time.perf_counter` reading; now by
+    default) instead of the work budget; otherwise `--work-limit` units (DEFAULT_WORK
+    without `--exact`, none with it) behind the wall-clock safety cap, which `--exact` and
+    `--time-limit 0` lift."""
+    if started is None:
+        started = time.perf_counter()
+    if time_limit:
+        return Budget(work=work_limit, clock=Deadline(at=started + time_limit, seconds=time_limit))
+    work = work_limit if work_limit is not None or exact else DEFAULT_WORK
+    if exact or time_limit == 0:
+        return Budget(work=work)
+    return Budget(
+        work=work, clock=Deadline(at=started + SAFETY_CAP, seconds=SAFETY_CAP), capped=True
+    )

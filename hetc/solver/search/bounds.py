@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from operator import sub
 
 from hetc.costmodel.network import FLAT
-from hetc.costmodel.planning import PlanningModel
+from hetc.costmodel.planning import PlanningModel, ReplicaKind
 from hetc.solver.cover import StageCover
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.mix_cost import MixCost
@@ -129,11 +129,13 @@ class Bounds(Windows):
             model = self.model
             n = model.blocks + 2
             per_pool = []
+            of_pool: dict[int, list[ReplicaKind]] = {}
+            for k in model.kinds:
+                of_pool.setdefault(k.pool, []).append(k)
             for slot in model.pools:
                 rows = [
                     [k.tp * t for t in model.layer_compute(k.device, k.tp, mbs)]
-                    for k in model.kinds
-                    if k.pool == slot.index
+                    for k in of_pool.get(slot.index, ())
                 ]
                 per_pool.append(
                     [min(col) for col in zip(*rows, strict=True)] if rows else [math.inf] * n

@@ -61,7 +61,7 @@ from hetc.solver.search.bounds import RANGE_SPAN
 from hetc.solver.search.incumbent import Candidate, SearchOptions, SearchResult, _Stop
 from hetc.solver.search.shape_solver import shape_solver
 from hetc.solver.search.stripes import Stripes
-from hetc.solver.search.work import LEAF, SHAPE
+from hetc.solver.search.work import LEAF, POOL_SCAN, SHAPE
 from hetc.units import plural
 
 APPROXIMATIONS = {
@@ -230,6 +230,8 @@ class Search(Stripes):
         """Score one candidate of `greedy_seed`: whether it is feasible (and offered). Not
         counted in `evaluations`, the leaves of the search proper that `eval_limit` caps."""
         self.tally[LEAF] += 1
+        self.tally[POOL_SCAN] += len(self.model.pools)
+        self.check_limits()
         shape = Shape(microbatch=mbs, boundaries=cut, pipelines=dp)
         counts = tuple(((kind, dp),) for _ in range(len(cut) - 1))
         estimate = self.model.estimate(shape, counts)

@@ -28,7 +28,7 @@ from itertools import combinations
 from hetc.costmodel.planning import PlanningModel, Shape
 from hetc.solver.search.counts import Counts
 from hetc.solver.search.incumbent import Candidate, SearchOptions
-from hetc.solver.search.work import DOMINANCE, KIND_SET, LEAF, PREFIX, PREFIX_PRICED
+from hetc.solver.search.work import DOMINANCE, KIND_SET, LEAF, POOL_SCAN, PREFIX, PREFIX_PRICED
 
 CHECK_EVERY = 4096
 """Kind sets `kind_sets` lists between two checks of the limits: with many kinds that mix,
@@ -334,6 +334,7 @@ class Exact(Counts):
         model = self.model
         self.evaluations += 1
         self.tally[LEAF] += 1
+        self.tally[POOL_SCAN] += len(model.pools)
         self.check_limits()
         shape = Shape(microbatch=state.mbs, boundaries=state.boundaries, pipelines=state.dp)
         counts = self.cheapest_counts(state.sets, state.dp)

@@ -242,14 +242,14 @@ class Pairs(Zones):
             speed, ordered = self.option_speeds(mbs)
             rows = []
             swaps = self.zone_swaps()
-            listed = {(slow, fast) for x, slow in enumerate(ordered) for fast in ordered[x:]}
+            position = {option: x for x, option in enumerate(ordered)}
             for x, slow in enumerate(ordered):
                 self.tally[PAIR_BUILT] += len(ordered) - x
                 self.check_limits()  # O(options^2) rows: seconds at thousands of options
                 for fast in ordered[x:]:
                     both = (slow, fast)
                     moving = sorted({*self._moving_swaps(slow), *self._moving_swaps(fast)})
-                    if moving and _mirrored(both, listed, [swaps[i] for i in moving]):
+                    if moving and _mirrored(both, position, [swaps[i] for i in moving]):
                         continue
                     if not self.may_use_forced(slow, fast):
                         continue

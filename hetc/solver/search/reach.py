@@ -10,7 +10,7 @@ from hetc.costmodel.planning import PlanningModel
 from hetc.solver.search.incumbent import SearchOptions
 from hetc.solver.search.splits import Splits
 from hetc.solver.search.windows import Option
-from hetc.solver.search.work import REACH_PAIR
+from hetc.solver.search.work import REACH_PAIR, ROOM_PAIR
 
 NO_ROOM = 1 << 30
 """What `Reach.reach_sums` counts for a stage that holds no block: more than any model
@@ -22,10 +22,10 @@ PAIRS_PER_CHECK = 1024
 hundreds of options there are tens of thousands, a second's work."""
 
 
-_RoomEntry = tuple[
-    int, Option, Option, tuple[int, int, int, int, int], tuple[int, int, int, int, int]
-]
-"""An entry of `Reach._pairs_by_room`."""
+_RoomEntry = tuple[int, int, int]
+"""An entry of `Reach._pairs_by_room`: the pair's room bound and the positions of its two
+options among `stage_options`, three small ints a pair: there are the square of the options,
+tens of millions at thousands of zones."""
 
 
 class Reach(Splits):
@@ -76,12 +76,16 @@ class Reach(Splits):
         rank = self._option_ranks(mbs)
         best = 0
         tally = self.tally
-        for at, (room_bound, one, other, sizes, swapped) in enumerate(self._pairs_by_room()):
+        options = self.stage_options()
+        for at, (room_bound, x, y) in enumerate(self._pairs_by_room()):
             if room_bound // stages <= best:
                 break
             tally[REACH_PAIR] += 1
             if at % PAIRS_PER_CHECK == 0:
                 self.check_limits()
+            one, other = options[x], options[y]
+            sizes = self.pair_sizes(one, other)
+            swapped = self.pair_sizes(other, one)
             if one == other:
                 fit = sizes[2] // (stages * sizes[0])
                 if fit > best and self._holds_stages(one[0], mbs, stages, flights):
@@ -136,21 +140,33 @@ class Reach(Splits):
         return ranks
 
     def _pairs_by_room(self) -> list[_RoomEntry]:
-        """(the most D any P stages of the pair may have, times P: both options' devices over
-        the smaller TP; the two options; their `pair_sizes` in that order and swapped) for
-        every pair of options, one with itself included, most first, so `profile_last`
-        stops at the first that cannot raise its answer. Sizes do not depend on the
-        microbatch size; which option is the slower does (`_option_ranks`)."""
+        """(the most D any P stages of the pair may have, times P: both options' devices
+        within max_gpus (`pair_sizes`' last) over the smaller TP; the positions of the two
+        options) for every pair of options, one with itself included, most first, so
+        `profile_last` stops at the first that cannot raise its answer (and reads the
+        pair's sizes only then). Sizes do not depend on the microbatch size; which option is
+        the slower does (`_option_ranks`). Built row by row under the search's limits: the
+        square of thousands of options is seconds of work."""
         if self._room_order is None:
             options = self.stage_options()
+            capacity, kinds, total = self.capacity, self.model.kinds, self.total_devices
+            pools = [self._option_pools(option) for option in options]
+            rooms = [sum(capacity[p] for p in held) for held in pools]
+            tps = [kinds[option[0]].tp for option in options]
             entries: list[_RoomEntry] = []
-            for x, one in enumerate(options):
-                for other in options[x:]:
-                    sizes = self.pair_sizes(one, other)
-                    swapped = self.pair_sizes(other, one)
-                    entries.append(
-                        (sizes[4] // min(sizes[0], sizes[1]), one, other, sizes, swapped)
-                    )
+            count = len(options)
+            for x in range(count):
+                self.tally[ROOM_PAIR] += count - x
+                self.check_limits()
+                held, room, tp = pools[x], rooms[x], tps[x]
+                for y in range(x, count):
+                    if y == x:
+                        both = room
+                    elif held.isdisjoint(pools[y]):
+                        both = room + rooms[y]
+                    else:
+                        both = sum(capacity[p] for p in held | pools[y])
+                    entries.append((min(both, total) // min(tp, tps[y]), x, y))
             entries.sort(key=lambda entry: -entry[0])
             self._room_order = entries
         return self._room_order

@@ -31,6 +31,7 @@ from typing import ClassVar, Protocol
 from hetc.costmodel.planning import Shape
 from hetc.solver.search.incumbent import Candidate
 from hetc.solver.search.stripes import Stripes
+from hetc.solver.search.work import LEAF, POOL_SCAN
 
 
 class ShapeSolver(Protocol):
@@ -108,6 +109,8 @@ class CpSatSolver:
             if found.status != "OPTIMAL":
                 complete = False
             search.evaluations += 1
+            search.tally[LEAF] += 1
+            search.tally[POOL_SCAN] += len(model.pools)
             if any(not found.estimate.nodes[p] for p in search.options.must_use):
                 continue
             search.record(

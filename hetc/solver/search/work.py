@@ -5,7 +5,7 @@ clock happens to run out (and so answers differently on a busy machine).
 The search tallies the steps of its inner loops, one slot per kind of step (the constants
 below, indices into `Incumbent.tally`), and `units` weighs the tallies into one number. A
 step's weight is what it costs, fitted by bench/work_calibration.py so that a unit is about
-a microsecond of the source build on a quiet 2-core machine (the fit, its error on specs it
+a tenth of a microsecond of the source build on a quiet 2-core machine (the fit, its error on specs it
 was not fitted on, and the date are in docs/planner.md, Budgets). The weights only have to
 be roughly right: they set how many seconds a budget lasts, never which answer it gives, and
 the same tallies weigh the same on every machine.
@@ -25,12 +25,14 @@ __all__ = [
     "KIND_SET",
     "LEAF",
     "PAIR_BUILT",
+    "POOL_SCAN",
     "PREFIX",
     "PREFIX_PRICED",
     "PROFILE_LENGTH",
     "PROFILE_ROW",
     "PROFILE_TRIED",
     "REACH_PAIR",
+    "ROOM_PAIR",
     "SHAPE",
     "SHAPE_BOUND",
     "SLOTS",
@@ -68,10 +70,15 @@ PREFIX_PRICED: Final = 12
 (devices, rings, egress, rate, dominance)."""
 PROFILE_TRIED: Final = 13
 """A profile taken from a shape's queue to be split and timed (`Profiles.profiles`)."""
-SLOTS: Final = 14
+POOL_SCAN: Final = 14
+"""A pool looked at by a candidate's estimate (nodes rented, quotas): `LEAF`'s part that
+grows with the spec, one per pool per estimate."""
+ROOM_PAIR: Final = 15
+"""A pair of stage options ranked by the devices they hold (`Reach._pairs_by_room`)."""
+SLOTS: Final = 16
 """How many kinds of step there are: the length of a tally."""
 
-WEIGHTS: Final[tuple[int, ...]] = (1, 4, 90, 6, 2, 2, 6, 22, 5, 2, 15, 30, 10, 20)
+WEIGHTS: Final[tuple[int, ...]] = (8, 13, 870, 22, 22, 33, 62, 359, 8, 16, 10, 686, 31, 207, 3, 5)
 """Units per step, slot by slot (module docstring)."""
 
 
