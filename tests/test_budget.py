@@ -187,7 +187,7 @@ def test_the_safety_cap_stops_a_slowed_search_and_says_so(
 def test_the_search_and_the_listing_get_their_shares(monkeypatch: pytest.MonkeyPatch) -> None:
     """Of 10,000,000 units, the first search may spend SEARCH_SHARE and go on to a first
     candidate for GRACE_SHARE of them; the listing at most LIST_SHARE times what the first
-    spent, within what is left."""
+    spent or LIST_FLOOR, within what is left."""
     seen: list[SearchOptions] = []
     results = []
     real = planner.search
@@ -204,7 +204,8 @@ def test_the_search_and_the_listing_get_their_shares(monkeypatch: pytest.MonkeyP
     assert first.work_limit == int(planner.SEARCH_SHARE * 10_000_000)
     assert first.work_grace == int(planner.GRACE_SHARE * 10_000_000)
     spent = results[0].work
-    assert listing.work_limit == min(math.ceil(planner.LIST_SHARE * spent), 10_000_000 - spent)
+    most = max(math.ceil(planner.LIST_SHARE * spent), planner.LIST_FLOOR)
+    assert listing.work_limit == min(most, 10_000_000 - spent)
 
 
 def test_work_spent_after_the_search_cuts_the_reranking(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -72,12 +72,17 @@ budget: a plan 1 that comes late beats none."""
 
 LIST_SHARE = 2.0
 """The listing search of the best `max(top, RERANKED)` may spend this many times what the
-first search spent (and no more than is left): where it does not finish in that, the first
-search's own runners-up are ranked instead, so the work after the search stays in
-proportion to it. On the bench scenarios and the family the listing costs 1.0-2.2 times the
-first search (median 1.8), and where it does not finish the reranking sees worse runners-up:
-plan 1 of 3 of the 11 Sailor scenarios was up to 0.9% slower at a share of 0.25
-(docs/planner.md, Budgets)."""
+first search spent, or `LIST_FLOOR` where that is more (and no more than is left): where it
+does not finish in that, the first search's own runners-up are ranked instead, so the work
+after the search stays in proportion to it. On the Sailor scenarios the listing costs 1.0
+to 2.2 times the first search, on the family a median of 1.8 (docs/planner.md, Budgets);
+where it does not finish the reranking sees worse runners-up (plan 1 of 3 of the 11
+scenarios was up to 0.9% slower at a share of 0.25)."""
+
+LIST_FLOOR = 2_000_000
+"""Units the listing search may always spend (about 0.2 s): on a small spec a listing of a
+few times a tiny first search is still a fraction of a second, and the true best four are
+worth it (a spec of two zones lost a plan 2.4% faster by the simulator at 2.4 times)."""
 
 
 def default_approximations(model: PlanningModel) -> frozenset[str]:
@@ -130,8 +135,8 @@ def plan_spec(
     by the simulator. One search proves plan 1, pruning against the best alone and keeping
     its best RERANKED - 1 runners-up (`SearchOptions.runners_up`), so that the gap it
     states is reached as fast as a search for one plan can; `search` in the result is that
-    one, the same whatever `top`. A second, seeded with its answer and given `LIST_SHARE` of
-    its work, lists the best `max(top, RERANKED)` of distinct signature, which the simulator
+    one, the same whatever `top`. A second, seeded with its answer and given `LIST_SHARE` times
+    its work (at least `LIST_FLOOR`), lists the best `max(top, RERANKED)` of distinct signature, which the simulator
     ranks; where it does not finish, the first search's list is ranked instead; none,
     without a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
@@ -190,7 +195,8 @@ def plan_spec(
     if result.complete and result.candidates:
         # the best `top` (at least RERANKED) proven as the search proves them, seeded with
         # this search's answer; where its share does not let it finish, this list stands
-        listing = budget.part(1.0, most=math.ceil(LIST_SHARE * result.work))
+        most = max(math.ceil(LIST_SHARE * result.work), LIST_FLOOR)
+        listing = budget.part(1.0, most=most)
         again = replace(
             options,
             top=max(top, RERANKED),
