@@ -135,9 +135,10 @@ def plan_spec(
     by the simulator. One search proves plan 1, pruning against the best alone and keeping
     its best RERANKED - 1 runners-up (`SearchOptions.runners_up`), so that the gap it
     states is reached as fast as a search for one plan can; `search` in the result is that
-    one, the same whatever `top`. A second, seeded with its answer and given `LIST_SHARE` times
-    its work (at least `LIST_FLOOR`), lists the best `max(top, RERANKED)` of distinct signature, which the simulator
-    ranks; where it does not finish, the first search's list is ranked instead; none,
+    one, the same whatever `top`. A second, seeded with its answer and given `LIST_SHARE`
+    times its work (at least `LIST_FLOOR`), lists the best `max(top, RERANKED)` of distinct
+    signature, which the simulator ranks; where it does not finish, the first search's list
+    is ranked instead; none,
     without a search, when the spec fails a necessary condition (`feasibility`); with
     `measured_points`, only at the (device, microbatch, TP) points the profiles timed
     (`PlanningModel`). `seeds` are candidates of the same spec known beforehand (another
