@@ -38,7 +38,8 @@ from hetc.solver.budget import (
     command_budget,
 )
 from hetc.solver.deadline import Deadline
-from hetc.solver.planner import UNEXPLAINED, explain_unused, plan_spec
+from hetc.solver.explain import UNEXPLAINED, explain_unused
+from hetc.solver.planner import plan_spec
 from hetc.solver.search import SearchOptions, search
 from hetc.solver.search import incumbent as incumbent_module
 

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from hetc.cli import app
 from hetc.schema import check_text
-from hetc.solver.planner import plan_spec, pool_path
+from hetc.solver.explain import pool_path
+from hetc.solver.planner import plan_spec
 
 runner = CliRunner()
 SPEC = """\

@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from hetc.cli import app
 from hetc.schema import Spec, check_text
-from hetc.solver.planner import explain_unused, plan_spec, simulated_objective
+from hetc.solver.explain import explain_unused
+from hetc.solver.planner import plan_spec, simulated_objective
 from hetc.units import fixed, format_duration, format_usd
 
 runner = CliRunner()

@@ -15,10 +15,10 @@ from hetc.schema import check_text
 from hetc.schema.spec import Spec
 from hetc.solver.build import batch_shares, build_plan
 from hetc.solver.diagnosis import diagnose
+from hetc.solver.explain import explain_unused
 from hetc.solver.planner import (
     LARGE_CLUSTER_DEVICES,
     default_approximations,
-    explain_unused,
     plan_spec,
     simulated_objective,
 )

@@ -32,11 +32,10 @@ from hetc.solver.budget import Budget
 from hetc.solver.certificate import Snapshot, declared_text, gap_text
 from hetc.solver.diagnosis import Diagnosis, diagnose
 from hetc.solver.interrupt import interrupt_stops
+from hetc.solver.explain import Explanation, explain_unused, never_dominated
 from hetc.solver.planner import (
-    Explanation,
     PlanningResult,
     Proposal,
-    explain_unused,
     plan_spec,
     simulated_objective,
 )
@@ -452,6 +451,7 @@ def run_plan_command(
     result, options = planned
     search = result.search
     explanations = explain_unused(result, spec, budget=budget, **options) if explain else []
+    result, explanations = never_dominated(result, spec, explanations)
     checked = cross_check(result) if solver == "cp-sat" else None
     if as_json:
         echo(json.dumps(_result_json(spec, result, explanations, checked), indent=2))
@@ -468,6 +468,8 @@ def run_plan_command(
         echo(f"hetc: warning: {stopped_text(search, result.approximations)}", err=True)
     if result.cut is not None:
         echo(f"hetc: warning: {result.cut} (raise --work-limit for more)", err=True)
+    if result.promoted is not None:
+        header += f"\n{result.promoted}"
     blocks = [header]
     profiles = result.model.profiles
     styled = styled_output()
@@ -527,6 +529,7 @@ def _result_json(
         "greedy_count_leaves": search.greedy_count_leaves,
         "search_seconds": search.seconds,
         "cut": result.cut,
+        "promoted": result.promoted,
         "approximations": sorted(result.approximations),
         "ranked_by": "simulated "
         + ("cost_per_iteration" if spec.objective == "min_cost" else "iteration_time"),
