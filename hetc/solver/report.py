@@ -31,8 +31,8 @@ from hetc.solver.binding import explain_used
 from hetc.solver.budget import Budget
 from hetc.solver.certificate import Snapshot, declared_text, gap_text
 from hetc.solver.diagnosis import Diagnosis, diagnose
-from hetc.solver.interrupt import interrupt_stops
 from hetc.solver.explain import Explanation, explain_unused, never_dominated
+from hetc.solver.interrupt import interrupt_stops
 from hetc.solver.planner import (
     PlanningResult,
     Proposal,
