@@ -28,7 +28,7 @@ Prints one row per spec and command, then `dominated: N of M answers (by a plan 
 command scored), K of L (by hetc's answer under the other objective)`. Target: 0 and 0.
 
 Usage: python bench/dominance.py [--count N] [--seed S] [--simulate N] [--no-explain]
-                                 [--no-internet]
+                                 [--no-internet] [--floors]
 """
 
 from __future__ import annotations
@@ -159,10 +159,17 @@ def value_of(spec: Spec, entry: dict[str, Any]) -> float:
     return float(predictions["iteration_time"])
 
 
-def specs(count: int, seed: int, internet: bool) -> list[tuple[str, Spec]]:
-    """The family's specs, and the 10,000-GPU example."""
+def specs(count: int, seed: int, internet: bool, floors: bool) -> list[tuple[str, Spec]]:
+    """The family's specs (with `floors`, only its min_cost specs with a throughput floor,
+    drawn until there are `count`), and the 10,000-GPU example."""
     rng = random.Random(seed)
-    out = [(f"family{seed}-{k}", family_spec(rng)) for k in range(count)]
+    out: list[tuple[str, Spec]] = []
+    drawn = 0
+    while len(out) < count:
+        spec = family_spec(rng)
+        drawn += 1
+        if not floors or (spec.objective == "min_cost" and spec.constraints.min_throughput):
+            out.append((f"family{seed}-{drawn - 1}", spec))
     if internet:
         checked = check_file(str(ROOT / "examples" / "internet-scale.yaml"))
         assert checked.spec is not None
@@ -177,10 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulate", type=int, default=60)
     parser.add_argument("--no-explain", action="store_true")
     parser.add_argument("--no-internet", action="store_true")
+    parser.add_argument(
+        "--floors", action="store_true", help="Only min_cost specs with a throughput floor."
+    )
     args = parser.parse_args(argv)
     answers = dominated = compared = by_other = missed_answers = 0
     worst_ratio = 0.0
-    for label, spec in specs(args.count, args.seed, not args.no_internet):
+    for label, spec in specs(args.count, args.seed, not args.no_internet, args.floors):
         for explain in (False,) if args.no_explain else (False, True):
             name = f"{label}{' --explain' if explain else ''}"
             started = time.perf_counter()

@@ -11,7 +11,10 @@ the one keeping the most running devices per pool wins; among those, the running
 best plan (or the running plan where it is as good).
 
 When nothing fits the new quotas, `Replanned.diagnosis` says why (the planner's diagnosis:
-the binding constraint and the smallest change that fixes it) and there is no plan.
+the binding constraint and the smallest change that fixes it) and there is no plan. A
+re-plan and its diagnosis spend `hetc plan`'s default budget of work
+(`budget.command_budget`): the same answer `hetc plan` gives for the new quotas, in bounded
+time on any spec.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, replace
 from hetc.costmodel.profile import LayerProfile
 from hetc.plan import Plan, plan_to_json
 from hetc.schema.spec import Spec
+from hetc.solver.budget import command_budget
 from hetc.solver.diagnosis import diagnose
 from hetc.solver.given import GivenPlan, GivenPlanError, check_given_plan
 from hetc.solver.planner import (
@@ -113,7 +117,8 @@ def replan(
 ) -> Replanned:
     """The next plan under `spec`'s quotas (see the module docstring)."""
     started = time.perf_counter()
-    result = plan_spec(spec, profiles=profiles, top=CANDIDATES)
+    budget = command_budget()
+    result = plan_spec(spec, profiles=profiles, top=CANDIDATES, budget=budget)
     if not result.proposals:
         if all(pool.max_nodes == 0 for zone in spec.zones for pool in zone.pools):
             return Replanned(
@@ -123,7 +128,7 @@ def replan(
                 seconds=time.perf_counter() - started,
             )
         try:
-            diagnosis = diagnose(spec, profiles=profiles)
+            diagnosis = diagnose(spec, profiles=profiles, budget=budget)
             message = f"{diagnosis.message} (would fit with: {diagnosis.change})"
         except ValueError as exc:
             message = str(exc)

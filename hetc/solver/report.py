@@ -358,7 +358,7 @@ def planned_or_diagnosed(
         return 3
     diagnosis = None
     if restrict:
-        diagnosis = _measured_points_binding(spec, profiles, approximations, spec_file)
+        diagnosis = _measured_points_binding(spec, profiles, approximations, spec_file, budget)
     if diagnosis is None:
         diagnosis = diagnose(spec, **options, **_diagnosis_limits(budget))
     if as_json:
@@ -391,11 +391,13 @@ def _measured_points_binding(
     profiles: Sequence[LayerProfile],
     approximations: frozenset[str] | None,
     spec_file: str,
+    budget: Budget | None,
 ) -> Diagnosis | None:
     """Why a search kept to measured points found nothing, when the points are the reason:
-    the same search over every point finds a plan. None when it does not (then the spec's own
-    diagnosis applies)."""
-    if not plan_spec(spec, profiles=profiles, approximations=approximations).proposals:
+    the same search over every point (within what is left of `budget`) finds a plan. None
+    when it does not (then the spec's own diagnosis applies)."""
+    found = plan_spec(spec, profiles=profiles, approximations=approximations, budget=budget)
+    if not found.proposals:
         return None
     timed = "; ".join(
         f"{p.device} TP {tp} at microbatch {','.join(str(m) for m, t in p.points() if t == tp)}"
