@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from hetc.cli import app
 from hetc.plan import plan_to_json
 from hetc.schema import check_text
+from hetc.solver.budget import command_budget
 from hetc.solver.planner import plan_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,15 +43,16 @@ def _cli_plan(path: Path, *options: str) -> dict[str, object]:
 
 
 def test_cli_and_bench_worker_agree_on_the_batch_spec(tmp_path: Path) -> None:
-    """The CLI's plan is the one plan_spec builds, and bench/zones.py's worker (a fresh
-    process, no time limit) counts the same pipelines: 128, one per A100."""
+    """The CLI's plan (its default budget) is the one plan_spec builds under the same budget,
+    and bench/zones.py's worker (a fresh process, no limit) counts the same pipelines: 128,
+    one per A100."""
     text = _bench().batch_spec(10**6)
     path = tmp_path / "batch.yaml"
     path.write_text(text)
     spec = check_text(text, "batch.yaml").spec
     assert spec is not None
-    cli = _cli_plan(path, "--time-limit", "300")
-    result = plan_spec(spec, top=1, time_limit=300.0)
+    cli = _cli_plan(path)
+    result = plan_spec(spec, top=1, budget=command_budget())
     assert result.search.complete
     assert cli == json.loads(plan_to_json(result.proposals[0].plan))
     worker = subprocess.run(

@@ -52,7 +52,7 @@ SPECS = {
 def planned(request: pytest.FixtureRequest) -> list[tuple[Spec, Plan]]:
     """Up to four plans the planner returns for one spec."""
     spec = SPECS[request.param]()
-    result = plan_spec(spec, top=4, time_limit=20.0)
+    result = plan_spec(spec, top=4, work_limit=200_000_000)
     assert result.proposals
     return [(spec, p.plan) for p in result.proposals]
 

@@ -75,9 +75,9 @@ def spec_of(
 A100 = "      - {device: A100-40GB, quota: 8, gpus_per_node: 4}"
 
 
-def verdict(spec: Spec, time_limit: float | None = None) -> SearchResult:
+def verdict(spec: Spec, work_limit: int | None = None) -> SearchResult:
     """The search's own answer, bounds not consulted."""
-    return search(PlanningModel(spec), SearchOptions(time_limit=time_limit))
+    return search(PlanningModel(spec), SearchOptions(work_limit=work_limit))
 
 
 def refused(spec: Spec) -> str:
@@ -124,7 +124,7 @@ def test_budget_below_the_cost_floor_is_refused_and_the_floor_is_below_the_cheap
     search finds); a budget under it binds."""
     spec = spec_of(A100, objective="min_cost")
     floor = cost_floor(PlanningModel(spec))
-    found = search(PlanningModel(spec), SearchOptions(eval_limit=300, time_limit=5))
+    found = search(PlanningModel(spec), SearchOptions(eval_limit=300, work_limit=50_000_000))
     assert 0 < floor <= min(c.estimate.cost for c in found.candidates)
     assert refused(spec_of(A100, f"max_cost_per_iteration: {floor / 2}")) == "budget"
 
@@ -201,11 +201,11 @@ def test_no_bound_refuses_a_spec_with_a_plan_on_generated_specs() -> None:
         spec = small_spec(rng)
         if necessary_conditions(PlanningModel(spec)) is not None:
             refusals += 1
-            assert not verdict(spec, time_limit=20).candidates, spec
+            assert not verdict(spec, work_limit=200_000_000).candidates, spec
             continue
         for objective in ("min_cost", "max_throughput"):
             model = PlanningModel(_relaxed(spec, objective))
-            options = SearchOptions(top=4, eval_limit=300, time_limit=2)
+            options = SearchOptions(top=4, eval_limit=300, work_limit=20_000_000)
             for candidate in search(model, options).candidates:
                 e = candidate.estimate
                 checked += 1

@@ -161,7 +161,7 @@ def test_planning_400_zones_keeps_structures_per_class() -> None:
     from hetc.solver.planner import plan_spec
 
     spec = _spec(bench_zones.zones_spec(400))
-    result = plan_spec(spec, time_limit=20.0)
+    result = plan_spec(spec, work_limit=200_000_000)
     model = result.model
     bound = (model.classes.classes * 3) ** 2 * 3
     assert len(model.pools) == 400 and model.classes.classes == 4
