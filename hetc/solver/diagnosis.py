@@ -2,29 +2,28 @@
 
 The diagnosis is built on one oracle, `Oracle.status`: does the planner's search (with the
 same profiles and approximations `hetc plan` uses) find a plan inside the runtime's
-capability matrix, and if not, is that proven? Every number it suggests is the end of a
-search over that oracle, and every suggestion is re-solved before it is printed. Searches
-are time-limited: each fix says how far it is proven least (`Fix.infeasible_at`, the nearest
-less permissive value proven infeasible), and the message gives that range where it is wider
-than the family's resolution, rather than guessing.
+capability matrix, and if not, is that proven? Every number it suggests is a value at which
+a plan was found (verified), the least such value its searches found, and each fix says how
+far it is proven least (`Fix.infeasible_at`, the nearest less permissive value proven
+infeasible): the message states that range where it is wider than the family's resolution,
+rather than guessing. The searches count work, never seconds (`oracle`), so the same spec
+gets the same diagnosis on any machine and at any load, within its budget.
 
-Constraint families and what "least change" means for each (the resolution in brackets):
+Constraint families and what "least change" means for each (the resolution in brackets);
+each is a search over a monotone feasibility (`least.least_feasible`):
 
 - `quota` of one pool [whole nodes: gpus_per_node devices]: the least quota of that pool,
-  every other pool as it is. Feasibility is monotone in a pool's quota (more nodes only add
-  plans), so bisection between the current quota and the least quota known to work finds it.
-  Quotas are searched up to `ceiling_nodes` per pool (the "lifted" quota). When no single
-  pool suffices: the least number k of whole nodes added to every pool (each pool capped at
-  its ceiling), again monotone in k.
-- `max_gpus` [whole devices]: the least max_gpus; monotone (a larger limit only adds plans).
+  every other pool as it is; more nodes only add plans. Quotas are searched up to
+  `ceiling_nodes` per pool (the "lifted" quota). When no single pool suffices: the least
+  number k of whole nodes added to every pool (each capped at its ceiling). `quota_fixes`.
+- `max_gpus` [whole devices]: the least max_gpus; a larger limit only adds plans.
 - budget, `constraints.max_cost_per_iteration` [3 significant digits, rounded up]: the least
-  cost of any plan under the other constraints, read off the min-cost search (feasibility
-  is monotone in the budget: a plan under a budget is under every larger one); budgets under
-  that search's lower bound are proven infeasible.
+  cost of any plan under the other constraints, bracketed by the min-cost search without
+  the budget (its best plan and its lower bound), then closed by probes.
 - throughput floor, `constraints.min_throughput` [3 significant digits, rounded down]: the
   most iterations/s of any plan under the other constraints, from the max-throughput search
-  (feasibility is decreasing in the floor); floors over the inverse of its lower bound on
-  the time are proven infeasible.
+  the same way. Every plan the diagnosis's searches found that meets the other constraints
+  is a witness (`Oracle.witnesses`), so a floor's fix is never below a plan already found.
 - memory: no plan exists even with every quota lifted and max_gpus, the budget and the floor
   removed; the fix is activation checkpointing where that alone makes the spec feasible,
   else a device with more memory.
@@ -38,26 +37,53 @@ changes together make the spec feasible and one step less on any member does not
 monotonicity above: a later member's constraint only removes plans); then each member but
 the quotas is minimised again with the others at their change (`_combination`).
 
+The budget: a family that a necessary condition (`feasibility`) already proves binding
+comes first; each family (or combination) searches with an equal share of what is left,
+one share kept back, which then goes to the fixes not yet proven least (`_Binding`). A
+search stopped short says which limit stopped it (`Oracle.limited_by`): the work budget
+(`--work-limit`), a wall clock (`--time-limit`), or an interruption; without any limit
+(`--exact`) the diagnosis is exact.
+
 The monotonicity holds for the exact search; the default `kind-profiles` approximation of
 large clusters (`planner.default_approximations`) narrows the space above a device count, so
-every suggestion is verified by the same planner, and tests/test_solver_diagnosis.py checks
-feasibility at the suggestion and proven infeasibility one step below it on 300 generated
-specs (bench/diagnosis.py's `small_family`).
+every suggestion is verified by the same planner, and tests/test_diagnosis_fixes.py checks
+every fix against independent searches over a generated family (bench/diagnosis.py).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import combinations
 from typing import Any
 
+from hetc.costmodel.planning import PlanningModel
 from hetc.schema.spec import Spec
 from hetc.solver.budget import Budget
-from hetc.solver.feasibility import necessary_conditions
-from hetc.solver.oracle import DIAGNOSIS_WORK, TOLERANCE, Oracle, constrained
+from hetc.solver.feasibility import Infeasible, necessary_conditions
+from hetc.solver.fix import (
+    CEILING_DEVICES,
+    FAMILIES,
+    Fix,
+    apply_fixes,
+    ceiling_nodes,
+    grid_index,
+    grid_value,
+    number,
+    one_step_less,
+    pool_at,
+    proven_least,
+    removed,
+    round_down,
+    round_up,
+    unit_step,
+)
+from hetc.solver.least import budget_fix, floor_fix, max_gpus_fix
+from hetc.solver.oracle import DIAGNOSIS_WORK, Oracle
 from hetc.solver.planner import Proposal
+from hetc.solver.quota_fixes import quota_fixes
+from hetc.solver.search import Candidate
 from hetc.units import format_duration, format_usd, plural
 
 __all__ = [
@@ -69,49 +95,18 @@ __all__ = [
     "apply_fixes",
     "ceiling_nodes",
     "diagnose",
+    "family_fixes",
+    "grid_index",
+    "grid_value",
     "one_step_less",
+    "present",
     "proven_least",
     "removed",
+    "round_down",
+    "round_up",
     "unit_step",
     "unknown",
 ]
-
-FAMILIES = ("max_gpus", "quota", "budget", "throughput floor")
-"""The numeric constraint families, in the order a combination's members are fixed."""
-
-CEILING_DEVICES = 1024
-"""A pool's quota is searched up to this many devices (or its own quota, if larger): the
-"lifted" quota. A fix needing more of one pool is reported as not found."""
-
-DIGITS = 3
-"""Significant digits of a suggested budget or floor."""
-
-
-def ceiling_nodes(spec: Spec, zone: int, pool: int) -> int:
-    """The lifted quota of one pool, in whole nodes."""
-    p = spec.zones[zone].pools[pool]
-    return max(p.max_nodes, CEILING_DEVICES // p.gpus_per_node)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Fix:
-    """One constraint's suggested value, at the spec's own path and in its units."""
-
-    family: str
-    """One of FAMILIES."""
-    path: str
-    """e.g. `constraints.max_gpus` or `zones[0].pools[1].quota`."""
-    value: float
-    what: str
-    """What the value is, in words (names the pool of a quota)."""
-    infeasible_at: float | None = None
-    """The nearest less permissive value proven infeasible: one resolution step from
-    `value` (`unit_step`) when `value` is proven least; further where a probe or an
-    optimisation stopped at its time limit, so that the least value lies in between (the
-    resolution the diagnosis actually has). None where nothing less is proven infeasible."""
-
-    def line(self) -> str:
-        return f"{self.path}: {_number(self.value)}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,357 +128,16 @@ class Diagnosis:
     proven: bool = True
     """Whether every fix is proven least at its family's resolution (`proven_least`); where
     not, each fix is verified and `Fix.infeasible_at` says how far it is proven."""
-
-
-def _number(value: float) -> str:
-    if float(value).is_integer():
-        return str(int(value))
-    return f"{value:.{DIGITS}g}"
-
-
-# -- editing a spec ----------------------------------------------------------------------
-
-
-def _quotas(spec: Spec, nodes: Callable[[int, int, int], int]) -> Spec:
-    """`spec` with pool (z, p)'s quota set to `nodes(z, p, current nodes)` whole nodes."""
-    zones = tuple(
-        replace(
-            zone,
-            pools=tuple(
-                replace(pool, quota=nodes(z, p, pool.max_nodes) * pool.gpus_per_node)
-                for p, pool in enumerate(zone.pools)
-            ),
-        )
-        for z, zone in enumerate(spec.zones)
-    )
-    return replace(spec, zones=zones)
-
-
-def _with_nodes(spec: Spec, zone: int, pool: int, nodes: int) -> Spec:
-    """`spec` with one pool's quota set to `nodes` whole nodes."""
-    return _quotas(spec, lambda z, p, n: nodes if (z, p) == (zone, pool) else n)
-
-
-def _pool_at(spec: Spec, path: str) -> tuple[int, int]:
-    z, p = path.removeprefix("zones[").removesuffix("].quota").split("].pools[")
-    return int(z), int(p)
-
-
-def apply_fixes(spec: Spec, fixes: Sequence[Fix]) -> Spec:
-    """`spec` with each fix's value at its path."""
-    for fix in fixes:
-        if fix.family == "quota":
-            z, p = _pool_at(spec, fix.path)
-            nodes = int(fix.value) // spec.zones[z].pools[p].gpus_per_node
-            spec = _with_nodes(spec, z, p, nodes)
-        elif fix.family == "max_gpus":
-            spec = constrained(spec, max_gpus=int(fix.value))
-        elif fix.family == "budget":
-            spec = constrained(spec, max_cost_per_iteration=fix.value)
-        else:
-            spec = constrained(spec, min_throughput=fix.value)
-    return spec
-
-
-def removed(spec: Spec, families: Sequence[str]) -> Spec:
-    """`spec` without the given constraint families (quotas: lifted to their ceiling)."""
-    if "quota" in families:
-        spec = _quotas(spec, lambda z, p, n: max(n, ceiling_nodes(spec, z, p)))
-    if "max_gpus" in families:
-        spec = constrained(spec, max_gpus=None)
-    if "budget" in families:
-        spec = constrained(spec, max_cost_per_iteration=None)
-    if "throughput floor" in families:
-        spec = constrained(spec, min_throughput=None)
-    return spec
-
-
-def one_step_less(spec: Spec, fix: Fix) -> Fix | None:
-    """The fix one resolution step less permissive: `Fix.infeasible_at`, the nearest value
-    the diagnosis proved infeasible (None where it proved none)."""
-    if fix.infeasible_at is None:
-        return None
-    return replace(fix, value=fix.infeasible_at)
-
-
-def proven_least(spec: Spec, fix: Fix) -> bool:
-    """Whether `fix.value` is proven least at the family's own resolution: a value at most
-    one `unit_step` less permissive is proven infeasible."""
-    step = unit_step(spec, fix)
-    if step is None or fix.infeasible_at is None:
-        return False
-    if fix.family == "throughput floor":
-        return fix.infeasible_at <= step.value
-    return fix.infeasible_at >= step.value
-
-
-def unit_step(spec: Spec, fix: Fix) -> Fix | None:
-    """The fix one unit of its family's resolution less permissive (None where there is no
-    such value): a node fewer, a device fewer, a budget one step of the grid of DIGITS
-    significant digits lower, a floor one step higher."""
-    if fix.family == "quota":
-        z, p = _pool_at(spec, fix.path)
-        gpn = spec.zones[z].pools[p].gpus_per_node
-        less = int(fix.value) - gpn
-        return None if less < 0 else replace(fix, value=less)
-    if fix.family == "max_gpus":
-        return None if fix.value <= 1 else replace(fix, value=fix.value - 1)
-    if fix.value <= 0:
-        return None
-    return replace(
-        fix, value=grid_value(grid_index(fix.value) + (-1 if fix.family == "budget" else 1))
-    )
-
-
-def round_up(value: float) -> float:
-    """The least number of DIGITS significant digits at or above `value`."""
-    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
-    digits = math.ceil(value / 10.0**exponent - 1e-9)
-    out = float(f"{digits}e{exponent}")
-    return out if out >= value else float(f"{digits + 1}e{exponent}")
-
-
-def round_down(value: float) -> float:
-    """The largest number of DIGITS significant digits at or below `value`."""
-    exponent = math.floor(math.log10(value)) - (DIGITS - 1)
-    digits = math.floor(value / 10.0**exponent + 1e-9)
-    out = float(f"{digits}e{exponent}")
-    return out if out <= value else float(f"{digits - 1}e{exponent}")
-
-
-# -- the least change of one family ------------------------------------------------------
-
-
-def _least_true(
-    oracle: Oracle, at: Callable[[int], Spec], low: int, cap: int
-) -> tuple[int, int | None] | None:
-    """(the least n in (low, cap] at which `at(n)` is feasible, the largest n below it proven
-    infeasible) for a monotone feasibility, false at `low`; None when false at `cap`.
-    Galloping (low + 1, low + 2, low + 4, ...), then bisection: the searches near the answer
-    are the cheap ones, and the cap is solved only when nothing below it is feasible. A
-    probe stopped at the time limit counts as infeasible but proves nothing, so the second
-    number says how far the answer is proven (None where not even `low` is)."""
-    step, below = 1, low
-    proven = low if oracle.proven_infeasible(at(low)) else None
-
-    def probe(n: int) -> bool:
-        nonlocal proven
-        found, sure = oracle.status(at(n))
-        if found is None and sure:
-            proven = n if proven is None else max(proven, n)
-        return found is not None
-
-    while True:
-        high = min(low + step, cap)
-        if probe(high):
-            break
-        if high >= cap:
-            return None
-        below, step = high, step * 2
-    while high - below > 1:
-        mid = (below + high) // 2
-        if probe(mid):
-            high = mid
-        else:
-            below = mid
-    return high, proven
-
-
-def _quota_fixes(oracle: Oracle, spec: Spec) -> list[tuple[Fix, ...]]:
-    """Per pool, the least quota of that pool alone that makes `spec` feasible (one
-    alternative each); if no pool alone does, the least k nodes added to every pool."""
-    out: list[tuple[Fix, ...]] = []
-    if not oracle.feasible(removed(spec, ["quota"])):
-        return out
-    slots = [(z, p) for z, zone in enumerate(spec.zones) for p in range(len(zone.pools))]
-    for z, p in slots:
-        zone, pool = spec.zones[z], spec.zones[z].pools[p]
-        have, gpn = pool.max_nodes, pool.gpus_per_node
-        found = _least_true(
-            oracle,
-            lambda n, z=z, p=p: _with_nodes(spec, z, p, n),  # type: ignore[misc]
-            have,
-            ceiling_nodes(spec, z, p),
-        )
-        if found is None:
-            continue
-        nodes, proven = found
-        what = f"the quota of {pool.name}@{zone.name} ({plural(nodes, 'node')} of {gpn})"
-        out.append(
-            (
-                Fix(
-                    family="quota",
-                    path=f"zones[{z}].pools[{p}].quota",
-                    value=nodes * gpn,
-                    what=what,
-                    infeasible_at=None if proven is None else proven * gpn,
-                ),
-            )
-        )
-    if out:
-        return out
-    reach = max(
-        ceiling_nodes(spec, z, p) - pool.max_nodes
-        for z, zone in enumerate(spec.zones)
-        for p, pool in enumerate(zone.pools)
-    )
-
-    def added(k: int) -> Spec:
-        return _quotas(spec, lambda z, p, n: min(n + k, max(n, ceiling_nodes(spec, z, p))))
-
-    found = _least_true(oracle, added, 0, reach) if reach > 0 else None
-    if found is None:
-        return []
-    k, proven = found
-    grown, less = added(k), None if proven is None else added(proven)
-    fixes = tuple(
-        Fix(
-            family="quota",
-            path=f"zones[{z}].pools[{p}].quota",
-            value=pool.quota,
-            what=f"the quota of {pool.name}@{zone.name} ({plural(k, 'node')} more)",
-            infeasible_at=None if less is None else less.zones[z].pools[p].quota,
-        )
-        for z, zone in enumerate(grown.zones)
-        for p, pool in enumerate(zone.pools)
-        if pool.quota != spec.zones[z].pools[p].quota
-    )
-    return [fixes]
-
-
-def _max_gpus_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    lifted = constrained(spec, max_gpus=None)
-    found = oracle.witness(lifted)
-    if found is None:
-        return None
-    limit = spec.constraints.max_gpus or 0
-    cap = max(limit + 1, found.estimate.devices)
-    least = _least_true(oracle, lambda n: constrained(spec, max_gpus=n), limit, cap)
-    if least is None:
-        return None
-    return Fix(
-        family="max_gpus",
-        path="constraints.max_gpus",
-        value=least[0],
-        what="max_gpus",
-        infeasible_at=least[1],
-    )
-
-
-GRID = int(9 * 10 ** (DIGITS - 1))
-"""Numbers of DIGITS significant digits per decade: the grid of budgets and floors."""
-
-
-def grid_index(value: float) -> int:
-    """The index of `value` rounded down to DIGITS significant digits on the grid."""
-    exponent: int = math.floor(math.log10(value)) - (DIGITS - 1)
-    digits = int(round_down(value) * 10.0 ** (-exponent) + 0.5)
-    return exponent * GRID + digits - GRID // 9
-
-
-def grid_value(index: int) -> float:
-    exponent, offset = divmod(index, GRID)
-    return float(f"{offset + GRID // 9}e{exponent}")
-
-
-def _grid_below(bound: float) -> float | None:
-    """The largest grid value under `bound` (with TOLERANCE), None when `bound` is not
-    positive and finite."""
-    if not 0 < bound < math.inf:
-        return None
-    bound *= 1 - TOLERANCE
-    index = grid_index(bound)
-    return grid_value(index if grid_value(index) < bound else index - 1)
-
-
-def _grid_above(bound: float) -> float | None:
-    """The least grid value over `bound` (with TOLERANCE), None when `bound` is not
-    positive and finite."""
-    if not 0 < bound < math.inf:
-        return None
-    bound *= 1 + TOLERANCE
-    index = grid_index(bound)
-    return grid_value(index if grid_value(index) > bound else index + 1)
-
-
-def _proven_at(oracle: Oracle, spec: Spec, family: str) -> float | None:
-    """`spec`'s own budget or floor where `spec` is proven infeasible, else None."""
-    c = spec.constraints
-    value = c.max_cost_per_iteration if family == "budget" else c.min_throughput
-    return value if value is not None and oracle.proven_infeasible(spec) else None
-
-
-def _nearest(
-    values: Sequence[float | None], pick: Callable[[Sequence[float]], float]
-) -> float | None:
-    """`pick` (max for budgets, min for floors) of the values that are not None."""
-    known = [v for v in values if v is not None]
-    return pick(known) if known else None
-
-
-def _budget_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    """The least cost of a plan under the other constraints (the min-cost search), rounded up
-    to the grid; if the verification fails there (the planning model's cost and the search's
-    budget test differ by a rounding hair), the next grid values up. Budgets under the
-    search's lower bound are proven infeasible: that is the resolution (`infeasible_at`),
-    one grid step where the search completed."""
-    cheapest = oracle.optimum(
-        replace(constrained(spec, max_cost_per_iteration=None), objective="min_cost")
-    )
-    if cheapest.candidate is None or cheapest.candidate.estimate.cost <= 0:
-        return None
-    index = grid_index(round_up(cheapest.candidate.estimate.cost))
-    for step in range(DIGITS):
-        value = grid_value(index + step)
-        if oracle.feasible(constrained(spec, max_cost_per_iteration=value)):
-            return Fix(
-                family="budget",
-                path="constraints.max_cost_per_iteration",
-                value=value,
-                what="the budget (USD per iteration)",
-                infeasible_at=_nearest(
-                    [_grid_below(cheapest.lower_bound), _proven_at(oracle, spec, "budget")], max
-                ),
-            )
-    return None
-
-
-def _floor_fix(oracle: Oracle, spec: Spec) -> Fix | None:
-    """The most iterations/s of a plan under the other constraints (the max-throughput
-    search), rounded down to the grid; verified as the budget is. Floors over the inverse
-    of the search's lower bound on the time are proven infeasible (`infeasible_at`)."""
-    fastest = oracle.optimum(
-        replace(constrained(spec, min_throughput=None), objective="max_throughput")
-    )
-    if fastest.candidate is None:
-        return None
-    index = grid_index(1.0 / fastest.candidate.estimate.iteration_time)
-    bound = fastest.lower_bound
-    for step in range(DIGITS):
-        value = grid_value(index - step)
-        if oracle.feasible(constrained(spec, min_throughput=value)):
-            return Fix(
-                family="throughput floor",
-                path="constraints.min_throughput",
-                value=value,
-                what="the throughput floor (iterations/s)",
-                infeasible_at=_nearest(
-                    [
-                        _grid_above(1.0 / bound) if bound > 0 else None,
-                        _proven_at(oracle, spec, "throughput floor"),
-                    ],
-                    min,
-                ),
-            )
-    return None
+    work: int = 0
+    """Units of work the diagnosis spent (`Oracle.spent`)."""
 
 
 def family_fixes(oracle: Oracle, spec: Spec, family: str) -> list[tuple[Fix, ...]]:
     """The least change of one family, the others as in `spec`: alternatives (several only
     for quotas, one per pool that suffices alone), empty when no value suffices."""
     if family == "quota":
-        return _quota_fixes(oracle, spec)
-    one = {"max_gpus": _max_gpus_fix, "budget": _budget_fix, "throughput floor": _floor_fix}
+        return quota_fixes(oracle, spec)
+    one = {"max_gpus": max_gpus_fix, "budget": budget_fix, "throughput floor": floor_fix}
     fix = one[family](oracle, spec)
     return [] if fix is None else [(fix,)]
 
@@ -503,90 +157,138 @@ def present(spec: Spec) -> list[str]:
     return [f for f in FAMILIES if given[f]]
 
 
-def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> tuple[Fix, ...] | None:
+def _combination(oracle: Oracle, spec: Spec, members: Sequence[str]) -> list[tuple[Fix, ...]]:
     """Members' least changes in FAMILIES order, each with the earlier members fixed and the
     later ones removed; then each member but the quotas again, with every other member at
-    its change. That pass matters where the first one solved with the quotas lifted: above a
-    device count the search approximates (`planner.default_approximations`), so the least
-    max_gpus with lifted quotas can exceed the least with the quota the combination names.
-    It only lowers a member, and lowering one only removes plans, so every other member
-    stays least (one step less on it was infeasible with this member higher)."""
+    its change (one alternative, or none where a member's change was not found). That pass
+    matters where the first one solved with the quotas lifted: above a device count the
+    search approximates (`planner.default_approximations`), so the least max_gpus with
+    lifted quotas can exceed the least with the quota the combination names. It only lowers
+    a member, and lowering one only removes plans, so every other member stays least (one
+    step less on it was infeasible with this member higher). Each member's search has an
+    equal share of what is left of the budget, the second pass included."""
     fixes: list[Fix] = []
     current = spec
+    steps = len(members) + sum(f != "quota" for f in members)
     for i, family in enumerate(members):
-        options = family_fixes(oracle, removed(current, members[i + 1 :]), family)
+        with oracle.share(1 / (steps - i)):
+            options = family_fixes(oracle, removed(current, members[i + 1 :]), family)
         if not options:
-            return None
+            return []
         fixes.extend(options[0])
         current = apply_fixes(current, options[0])
-    for family in members:
-        if family == "quota":
-            continue
+    again = [f for f in members if f != "quota"]
+    for i, family in enumerate(again):
         others = [f for f in fixes if f.family != family]
-        options = family_fixes(oracle, apply_fixes(spec, others), family)
+        with oracle.share(1 / (len(again) - i)):
+            options = family_fixes(oracle, apply_fixes(spec, others), family)
         if options:
             fixes = [*others, *options[0]]
     order = {f: i for i, f in enumerate(FAMILIES)}
-    return tuple(sorted(fixes, key=lambda f: order[f.family]))
+    return [tuple(sorted(fixes, key=lambda f: order[f.family]))]
 
 
-def diagnose(spec: Spec, **kwargs: Any) -> Diagnosis:
+@dataclass(slots=True)
+class _Binding:
+    """A family, or a set of families together, and the least changes found for it: its
+    search is run again (`compute`) while budget is left and a change is not proven least,
+    and the oracle's memo replays what it found before, so the rerun only adds to it."""
+
+    label: str
+    compute: Callable[[], list[tuple[Fix, ...]]]
+    found: list[tuple[Fix, ...]] = field(default_factory=list)
+
+
+def diagnose(spec: Spec, *, known_infeasible: bool = False, **kwargs: Any) -> Diagnosis:
     """Name the binding constraint(s) of an infeasible spec and the least change of each
     that makes it feasible (see the module docstring); raises ValueError on a feasible one.
     `kwargs` are `plan_spec`'s profiles, overhead, approximations and measured_points, and
-    `Oracle`'s work_limit (per search) and budget (of all the searches: DIAGNOSIS_WORK units
-    by default; None with work_limit None makes the diagnosis exact, however long it takes).
-    When a necessary condition (`feasibility`) already fails, the message ends with it:
-    why no plan exists, proven before any search, and the bound on the change it gives."""
+    `Oracle`'s work_limit (per search) and budget (of the whole diagnosis: DIAGNOSIS_WORK
+    units by default; None with work_limit None makes the diagnosis exact, however long it
+    takes). When a necessary condition (`feasibility`) already fails, the family it names
+    is diagnosed first, with the whole budget before it, and the message ends with the
+    condition: why no plan exists, proven before any search, and the bound it gives.
+    `known_infeasible` says that a search with the same approximations ended without a
+    plan (`hetc plan`'s own, complete): the diagnosis takes that as proven rather than
+    spend its budget on the same proof again."""
     oracle = Oracle(**{"budget": Budget(work=DIAGNOSIS_WORK), **kwargs})
-    if oracle.feasible(spec):
-        raise ValueError("the spec is feasible: there is nothing to diagnose")
-    diagnosis = _diagnose(oracle, spec)
     proof = necessary_conditions(oracle.model(spec))
-    if proof is None:
-        return diagnosis
-    message = f"{diagnosis.message}. Before any search: {proof.reason} ({proof.change})"
-    return replace(diagnosis, message=message)
+    if known_infeasible:
+        oracle.known_infeasible(spec)
+    if proof is None and oracle.feasible(spec):
+        raise ValueError("the spec is feasible: there is nothing to diagnose")
+    diagnosis = _diagnose(oracle, spec, proof)
+    if proof is not None:
+        message = f"{diagnosis.message}. Before any search: {proof.reason} ({proof.change})"
+        diagnosis = replace(diagnosis, message=message)
+    return replace(diagnosis, work=oracle.spent)
 
 
-def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
-    families = present(spec)
-    alternatives: list[tuple[Fix, ...]] = []
-    binding: list[str] = []
-    for family in families:
-        found = family_fixes(oracle, spec, family)
-        if found:
-            binding.append(family)
-            alternatives.extend(found)
-    alone = bool(alternatives)
+def _order(families: list[str], proof: Infeasible | None) -> list[str]:
+    """The families, those a failed necessary condition names first: their fixes are
+    searched while the whole budget is left."""
+    named = [] if proof is None else proof.binding.replace(" or ", " and ").split(" and ")
+    return [f for f in families if f in named] + [f for f in families if f not in named]
+
+
+def _diagnose(oracle: Oracle, spec: Spec, proof: Infeasible | None) -> Diagnosis:
+    """The families that bind alone (of those the spec constrains and a change can lift:
+    quotas already at their ceiling cannot), each with an equal share of the budget, a
+    reserve kept; where none does, the smallest sets of families that bind together, each set
+    whose removal has a plan with an equal share; then what is left of the budget goes, in
+    equal shares, to the bindings whose changes are not yet proven least (`_Binding`)."""
+    changeable = [f for f in present(spec) if removed(spec, [f]) != spec]
+    families = _order(changeable, proof)
+    bindings = [_Binding(f, partial(family_fixes, oracle, spec, f)) for f in families]
+    _search_all(oracle, bindings, reserve=True)
+    alone = any(b.found for b in bindings)
     for size in range(2, len(families) + 1):
-        if alternatives:
+        if alone:
             break
-        for members in combinations(families, size):
-            if not oracle.feasible(removed(spec, members)):
-                continue
-            fixes = _combination(oracle, spec, members)
-            if fixes is not None:
-                binding.append(" and ".join(members))
-                alternatives.append(fixes)
+        sets = list(combinations(changeable, size))
+        lifted = []
+        for i, members in enumerate(sets):
+            with oracle.share(1 / (len(sets) - i + 1)):
+                if oracle.feasible(removed(spec, members)):
+                    lifted.append(members)
+        bindings = [
+            _Binding(" and ".join(m), partial(_combination, oracle, spec, m)) for m in lifted
+        ]
+        _search_all(oracle, bindings, reserve=True)
+        if any(b.found for b in bindings):
+            break
+    unproven = [b for b in bindings if b.found and not _least_proven(spec, b.found)]
+    _search_all(oracle, unproven, reserve=False)
+    alternatives = [fixes for b in bindings for fixes in b.found]
+    binding = [b.label for b in bindings if b.found]
     if not alternatives:
         if not oracle.proven_infeasible(removed(spec, families)):
-            return _undetermined(oracle, spec)
+            return _undetermined(oracle)
         return _memory(oracle, spec)
-    plan = oracle.proposal(apply_fixes(spec, alternatives[0]))
-    message = _message(spec, alone, alternatives, plan)
-    unsure = [f for f in families if f not in binding and unknown(oracle, removed(spec, [f]))]
+    fixed = apply_fixes(spec, alternatives[0])
+    plan = oracle.proposal(fixed)
+    message = _message(spec, alone, alternatives, _shown(oracle, fixed))
+    unsure = [
+        f
+        for f in families
+        if f not in binding and removed(spec, [f]) != spec and unknown(oracle, removed(spec, [f]))
+    ]
     if unsure:
         message += (
             f"; whether {' or '.join(unsure)} binds alone too is not known: its search stopped"
-            " at its limit of work before finding a plan or proving there is none"
+            f" at its limit before finding a plan or proving there is none ({_raise(oracle)})"
         )
-    proven = not unsure and all(proven_least(spec, f) for fixes in alternatives for f in fixes)
-    if not proven:
+    proven = not unsure and _least_proven(spec, alternatives)
+    if not proven and not unsure:
+        stopped = (
+            f"{plural(oracle.stopped, 'search', 'searches')} stopped at their limit, and"
+            f" {_raise(oracle)} narrows the ranges; "
+            if oracle.stopped
+            else ""
+        )
         message += (
-            f" ({plural(oracle.stopped, 'search', 'searches')} stopped at their limit of"
-            " work: each change is verified; where a range is given, the least value lies"
-            " in it)"
+            f" ({stopped}each change is verified, and where a range is given the least value"
+            " lies in it)"
         )
     return Diagnosis(
         binding=" or ".join(binding),
@@ -598,26 +300,63 @@ def _diagnose(oracle: Oracle, spec: Spec) -> Diagnosis:
     )
 
 
+def _search_all(oracle: Oracle, bindings: Sequence[_Binding], *, reserve: bool) -> None:
+    """Search each binding's changes in turn, each with an equal share of what is left of
+    the budget (with `reserve`, and more than one binding, one share more is kept back for
+    the bindings left unproven)."""
+    spare = reserve and len(bindings) > 1
+    for i, b in enumerate(bindings):
+        with oracle.share(1 / (len(bindings) - i + spare)):
+            b.found = b.compute()
+
+
+def _least_proven(spec: Spec, alternatives: Sequence[tuple[Fix, ...]]) -> bool:
+    return all(proven_least(spec, f) for fixes in alternatives for f in fixes)
+
+
+def _raise(oracle: Oracle) -> str:
+    """What would let the stopped searches go on, as the message words it: the limit that
+    stopped them (`Oracle.limited_by`), never a flag the user already gave."""
+    flag = oracle.limited_by()
+    if flag == "--work-limit":
+        return "a larger --work-limit, or --exact (no limit)"
+    if flag == "--time-limit":
+        return "a larger --time-limit, or none (the work budget then decides)"
+    if flag == "an interruption":
+        return "it was interrupted: run it again to the end"
+    return flag
+
+
 def unknown(oracle: Oracle, spec: Spec) -> bool:
     """Whether the oracle neither found a plan of `spec` nor proved that it has none (its
     searches stopped at their limit): then nothing may be said either way."""
     return not oracle.feasible(spec) and not oracle.proven_infeasible(spec)
 
 
-def _undetermined(oracle: Oracle, spec: Spec) -> Diagnosis:
+def _undetermined(oracle: Oracle) -> Diagnosis:
     """No family's removal gave a plan, and even with all of them removed the searches
-    stopped before proving that no plan exists: naming memory (or anything) would be a guess."""
+    stopped before proving that no plan exists: naming memory (or anything) would be a
+    guess. The change named is what stopped them (`Oracle.limited_by`): the work budget,
+    a wall clock, or an interruption; an exact diagnosis (`--exact`) has no limit, so it
+    ends here only when interrupted."""
+    flag = oracle.limited_by()
+    change = {
+        "--work-limit": "raise --work-limit, or plan with --exact to search to the end",
+        "--time-limit": "raise --time-limit, or drop it (the work budget then decides)",
+        "an interruption": "run it again without interrupting it",
+    }.get(flag, f"lift {flag}")
     return Diagnosis(
         binding="undetermined",
         message=(
             "no plan was found, and with every constraint removed and every quota lifted the"
-            f" {plural(oracle.stopped, 'search', 'searches')} stopped at their limit of work"
-            " before finding one or proving that none exists, so which constraint binds is"
-            " not known"
+            f" {plural(oracle.stopped, 'search', 'searches')} stopped at their limit"
+            f" ({flag}) before finding one or proving that none exists, so which constraint"
+            " binds is not known"
         ),
-        change="raise --work-limit, or plan with --exact to search to the end",
+        change=change,
         plan=None,
         proven=False,
+        work=oracle.spent,
     )
 
 
@@ -630,8 +369,8 @@ def _memory(oracle: Oracle, spec: Spec) -> Diagnosis:
             return Diagnosis(
                 binding="memory",
                 message="no layout fits the devices' memory within the spec's quotas and"
-                " constraints; with activation checkpointing one does"
-                + (f": {describe(plan)}" if plan else ""),
+                " constraints; with activation checkpointing one does:"
+                f" {_shown(oracle, checkpointed)}",
                 change="training.activation_checkpointing: true",
                 plan=plan,
             )
@@ -653,44 +392,56 @@ def _memory(oracle: Oracle, spec: Spec) -> Diagnosis:
     )
 
 
-def describe(proposal: Proposal) -> str:
-    """A plan in one phrase: stages, pipelines, microbatch, devices, time and cost."""
-    plan, e = proposal.plan, proposal.candidate.estimate
+def describe(candidate: Candidate, model: PlanningModel) -> str:
+    """A plan in one phrase: stages, pipelines, microbatch, devices, and the planning
+    model's time and cost (read off the candidate, so that a plan too large to simulate
+    within the budget is described too)."""
+    shape, e = candidate.shape, candidate.estimate
     devices: dict[str, int] = {}
-    for stage in plan.stages:
-        for r in stage.replicas:
-            devices[r.device] = devices.get(r.device, 0) + r.tp
+    for stage in candidate.assignment:
+        for kind, count in stage:
+            k = model.kinds[kind]
+            devices[k.device] = devices.get(k.device, 0) + count * k.tp
     used = ", ".join(f"{n} x {d}" for d, n in sorted(devices.items()))
     return (
-        f"{plural(len(plan.stages), 'stage')}, {plural(len(plan.pipelines), 'pipeline')},"
-        f" microbatch {plan.microbatch_size}, {used}: {format_duration(e.iteration_time)} and"
+        f"{plural(shape.stages, 'stage')}, {plural(shape.pipelines, 'pipeline')},"
+        f" microbatch {shape.microbatch}, {used}: {format_duration(e.iteration_time)} and"
         f" {format_usd(e.cost)} per iteration"
     )
+
+
+def _shown(oracle: Oracle, spec: Spec) -> str | None:
+    """`describe` of the plan the oracle found for `spec`, None without one."""
+    found = oracle.witness(spec)
+    return None if found is None else describe(found, oracle.model(spec))
 
 
 def _now(spec: Spec, fix: Fix) -> str:
     c = spec.constraints
     if fix.family == "quota":
-        z, p = _pool_at(spec, fix.path)
+        z, p = pool_at(spec, fix.path)
         return str(spec.zones[z].pools[p].quota)
     value = {
         "max_gpus": c.max_gpus,
         "budget": c.max_cost_per_iteration,
         "throughput floor": c.min_throughput,
     }[fix.family]
-    return "none" if value is None else _number(value)
+    return "none" if value is None else number(value)
 
 
 def _message(
-    spec: Spec, alone: bool, alternatives: Sequence[tuple[Fix, ...]], plan: Proposal | None
+    spec: Spec, alone: bool, alternatives: Sequence[tuple[Fix, ...]], shown: str | None
 ) -> str:
     def change(fix: Fix) -> str:
-        text = f"{fix.what} {_now(spec, fix)} -> {_number(fix.value)}"
+        text = f"{fix.what} {_now(spec, fix)} -> {number(fix.value)}"
         if proven_least(spec, fix):
             return text
         if fix.infeasible_at is None:
             return f"{text} (not proven least)"
-        return f"{text} (proven infeasible at {_number(fix.infeasible_at)}; the limit lies between)"
+        return (
+            f"{text} (proven infeasible at {number(fix.infeasible_at)}; the least value lies"
+            " between)"
+        )
 
     if alone:
         head = (
@@ -705,5 +456,5 @@ def _message(
             " the ones before it"
         )
         body = "; or ".join(" and ".join(change(f) for f in fixes) for fixes in alternatives)
-    tail = f"; with the first, a plan that fits: {describe(plan)}" if plan else ""
+    tail = f"; with the first, a plan that fits: {shown}" if shown else ""
     return f"{head}: {body}{tail}"
