@@ -10,9 +10,12 @@ as printed: the simulator's objective) is dominated when
 
 - a plan the command simulated (its ranked plans, an explanation's best plan using a pool)
   is strictly better by the simulator, or
-- a candidate the command scored has a planning estimate strictly better than the answer's
-  simulated objective: the estimate is an upper bound of the simulated objective (checked
-  here, `worst estimate/simulated`), so that candidate is better by the simulator too.
+- for max_throughput, a candidate the command scored has a planning estimate strictly
+  better than the answer's simulated time: the estimated time is an upper bound of the
+  simulated one (checked here, `worst simulated/estimate`), so that candidate is better by
+  the simulator too. The estimated cost is no such bound (the simulator bills traffic the
+  estimate prices lower; the bench prints the worst ratio for cost too), so for min_cost
+  only simulated plans count.
 
 Relative tolerance 1e-9. Besides, the best --simulate candidates by planning estimate are
 simulated: those better than the answer by the simulator alone are not dominance (the
@@ -106,7 +109,9 @@ def scored_check(
     for candidate in recorded:
         distinct.setdefault((candidate.shape, candidate.assignment), candidate)
     ordered = sorted(distinct.values(), key=Candidate.key)
-    beaten = next((c.value for c in ordered if c.value < answer * (1 - TOLERANCE)), None)
+    beaten = None
+    if spec.objective == "max_throughput":
+        beaten = next((c.value for c in ordered if c.value < answer * (1 - TOLERANCE)), None)
     missed, worst = 0, 0.0
     for candidate in ordered[:most]:
         plan = build_plan(model, candidate.shape, candidate.assignment, spec_hash="")
@@ -189,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     answers = dominated = compared = by_other = missed_answers = 0
-    worst_ratio = 0.0
+    worst_ratio = {"max_throughput": 0.0, "min_cost": 0.0}
     for label, spec in specs(args.count, args.seed, not args.no_internet, args.floors):
         for explain in (False,) if args.no_explain else (False, True):
             name = f"{label}{' --explain' if explain else ''}"
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             answer = value_of(spec, output["plans"][0])
             estimate, missed, ratio = scored_check(spec, answer, recorded, args.simulate)
             shown = simulated_better(spec, output, answer)
-            worst_ratio = max(worst_ratio, ratio)
+            worst_ratio[spec.objective] = max(worst_ratio[spec.objective], ratio)
             missed_answers += missed > 0
             row = f"{name:32s} {seconds:6.2f} s  {spec.objective:14s} {answer:.6g}"
             row += f"  {len(recorded)} scored"
@@ -212,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 row += f"  DOMINATED (simulated {shown}, estimate {estimate})"
             if missed:
                 row += f"  reranking missed {missed}"
+            if ratio > 1 + TOLERANCE:
+                row += f"  simulated/estimate {ratio:.4f}"
             other = other_objective(spec) if not explain else None
             if other is not None:
                 alternative, _ = command(other, explain=False)
@@ -226,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"reranking missed a better plan (by the simulator) among the best {args.simulate}"
         f" scored in {missed_answers} of {answers} answers; worst simulated/estimate"
-        f" {worst_ratio:.4f} (at most 1: the estimate bounds the simulator)"
+        f" {worst_ratio['max_throughput']:.4f} for time (at most 1: the estimate bounds the"
+        f" simulator), {worst_ratio['min_cost']:.4f} for cost"
     )
     print(
         f"dominated: {dominated} of {answers} answers (by a plan the same command scored),"

@@ -360,7 +360,8 @@ def planned_or_diagnosed(
     if restrict:
         diagnosis = _measured_points_binding(spec, profiles, approximations, spec_file, budget)
     if diagnosis is None:
-        diagnosis = diagnose(spec, **options, **_diagnosis_limits(budget))
+        # the search above ended complete with no plan: the diagnosis need not prove it again
+        diagnosis = diagnose(spec, known_infeasible=True, **options, **_diagnosis_limits(budget))
     if as_json:
         echo(
             json.dumps(

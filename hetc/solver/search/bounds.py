@@ -360,7 +360,7 @@ class Bounds(Windows):
         cap = -1
         fill = static = send = 0.0
         lines: tuple[tuple[float, float], ...] = ()
-        self.tally[SHAPE_BOUND] += last - first + 1
+        self.tally[SHAPE_BOUND] += max(0, last - first + 1)
         for dp in range(first, last + 1):
             max_tp = (devices - reserved * dp) // dp
             if max_tp < cap or cap < 0:

@@ -272,9 +272,9 @@ class Search(Stripes):
         searched = 0
         while searched < SHALLOW_SHAPES and shallow and shallow[0][0] <= self.bound():
             popped = self._pop_shape(shallow, zoned)
+            self.check_limits()  # a range split or dropped is work too
             if popped is not None:
                 searched += 1
-                self.check_limits()
                 self.shape(*popped)
                 self._searching = math.inf
         queue = shallow + deep
@@ -282,8 +282,8 @@ class Search(Stripes):
         self._queues = [queue]
         while queue and queue[0][0] <= self.bound():
             popped = self._pop_shape(queue, zoned)
+            self.check_limits()
             if popped is not None:
-                self.check_limits()
                 self.shape(*popped)
                 self._searching = math.inf
 

@@ -184,7 +184,11 @@ class Incumbent:
         self.total_devices = total
         self.best: dict[tuple[object, ...], Candidate] = {}
         self.ranked: list[Candidate] = []
-        self._kth = math.inf
+        cap = self.time_cap if self.objective == "max_throughput" else self.budget
+        self._cap = math.inf if cap is None else cap
+        """What the objective of any feasible candidate is at most: the time cap of a
+        throughput floor for max_throughput, the budget for min_cost (infinite without)."""
+        self._kth = self._cap
         self.evaluations = 0
         self.tally = [0] * SLOTS
         """Steps of each kind the search has taken (`work`); a nested search shares its
@@ -205,8 +209,10 @@ class Incumbent:
 
     def bound(self) -> float:
         """The objective value a candidate must beat (or tie) to matter: the best's, or with
-        `top` K > 1 the K-th best signature's (infinite until K are known), so that nothing
-        that could enter the top K is pruned."""
+        `top` K > 1 the K-th best signature's (until K are known, the constraint on the
+        objective itself, `_cap`: a candidate past it is infeasible), so that nothing that
+        could enter the top K is pruned. Before any candidate the cap prunes as an incumbent
+        would: a throughput floor's search proves infeasibility with its bounds."""
         return self._kth
 
     def _found(self) -> float | None:
@@ -237,9 +243,10 @@ class Incumbent:
             self.ranked = [candidate]
         top = self.options.top
         if top == 1:
-            self._kth = self.ranked[0].value
+            self._kth = min(self.ranked[0].value, self._cap)
         elif len(self.best) >= top:
-            self._kth = heapq.nsmallest(top, (c.value for c in self.best.values()))[-1]
+            kth = heapq.nsmallest(top, (c.value for c in self.best.values()))[-1]
+            self._kth = min(kth, self._cap)
         if self.options.first_feasible:
             raise _Stop(FIRST_FEASIBLE)
 
