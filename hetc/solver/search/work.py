@@ -5,10 +5,10 @@ clock happens to run out (and so answers differently on a busy machine).
 The search tallies the steps of its inner loops, one slot per kind of step (the constants
 below, indices into `Incumbent.tally`), and `units` weighs the tallies into one number. A
 step's weight is what it costs, fitted by bench/work_calibration.py so that a unit is about
-a tenth of a microsecond of the source build on a quiet 2-core machine (the fit, its error on specs it
-was not fitted on, and the date are in docs/planner.md, Budgets). The weights only have to
-be roughly right: they set how many seconds a budget lasts, never which answer it gives, and
-the same tallies weigh the same on every machine.
+a tenth of a microsecond of the source build on a quiet 2-core machine (the fit, its error on
+specs it was not fitted on, and the date are in docs/planner.md, Budgets). The weights only
+have to be roughly right: they set how many seconds a budget lasts, never which answer it
+gives, and the same tallies weigh the same on every machine.
 
 A tally counts an iteration of a loop whose cost does not grow with the spec beyond what
 the slot's weight assumes; where a step does more work on a larger spec (a pair of stage
