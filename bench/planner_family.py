@@ -27,8 +27,8 @@ from multiprocessing.connection import Connection
 from spec_family import family_spec
 
 from hetc.schema.spec import Spec
-from hetc.solver.certificate import gap_text
 from hetc.solver.budget import DEFAULT_WORK, command_budget
+from hetc.solver.certificate import gap_text
 from hetc.solver.planner import plan_spec
 from hetc.units import plural
 

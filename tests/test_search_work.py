@@ -85,7 +85,7 @@ def test_the_exact_search_is_never_worse_than_kind_profiles_under_one_budget(see
     under the same work limit: its warm start is that very search, on the same tally."""
     model = _model(seed)
     rng = random.Random(seed)
-    for limit in sorted(rng.sample(range(2_000, 400_000), 4)) + [30_000]:
+    for limit in [*sorted(rng.sample(range(2_000, 400_000), 4)), 30_000]:
         profiles = search(
             PlanningModel(model.spec),
             SearchOptions(approximations=KIND_PROFILES, work_limit=limit),
