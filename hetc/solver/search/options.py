@@ -22,6 +22,10 @@ class Options(Exact):
         self._option_facts: dict[Option, tuple[int, int, float, int]] = {}
         self._pair_rooms: dict[tuple[Option, Option], tuple[int, int, int]] = {}
         self._stage_room: dict[Option, tuple[int, int]] = {}
+        self._pools_of: dict[Option, tuple[frozenset[int], int]] = {}
+        """Each option's pools and the devices they hold (`_option_pools`, `_option_room`):
+        asked for every pair of options, and a region-wide option holds hundreds of pools
+        at thousands of zones."""
 
     def stage_options(self) -> list[tuple[int, ...]]:
         """One-pool kinds, and per (device, TP, region) with several pools the set of all of
@@ -85,14 +89,28 @@ class Options(Exact):
         return hosts
 
     def _option_pools(self, option: tuple[int, ...]) -> frozenset[int]:
-        return frozenset(self.model.kinds[k].pool for k in option)
+        """The pools the option's kinds draw on."""
+        return self._pools_and_room(option)[0]
+
+    def _option_room(self, option: tuple[int, ...]) -> int:
+        """The devices the option's pools hold together."""
+        return self._pools_and_room(option)[1]
+
+    def _pools_and_room(self, option: tuple[int, ...]) -> tuple[frozenset[int], int]:
+        held = self._pools_of.get(option)
+        if held is None:
+            pools = frozenset(self.model.kinds[k].pool for k in option)
+            held = self._pools_of[option] = (pools, sum(self.capacity[p] for p in pools))
+        return held
 
     def _option_stages(self, option: tuple[int, ...], dp: int) -> int:
         """How many stages of D replicas the option's pools can hold alone."""
         room = self._stage_room.get(option)
         if room is None:
-            devices = sum(self.capacity[p] for p in self._option_pools(option))
-            room = (min(devices, self.total_devices), self.model.kinds[option[0]].tp)
+            room = (
+                min(self._option_room(option), self.total_devices),
+                self.model.kinds[option[0]].tp,
+            )
             self._stage_room[option] = room
         return room[0] // (dp * room[1])
 
@@ -101,13 +119,13 @@ class Options(Exact):
         max_gpus."""
         rooms = self._pair_rooms.get((slow, fast))
         if rooms is None:
-            capacity = self.capacity
-            pools_slow, pools_fast = self._option_pools(slow), self._option_pools(fast)
-            rooms = (
-                sum(capacity[p] for p in pools_slow),
-                sum(capacity[p] for p in pools_fast),
-                min(self.total_devices, sum(capacity[p] for p in pools_slow | pools_fast)),
-            )
+            pools_slow, room_slow = self._pools_and_room(slow)
+            pools_fast, room_fast = self._pools_and_room(fast)
+            if pools_slow.isdisjoint(pools_fast):
+                both = room_slow + room_fast
+            else:
+                both = sum(self.capacity[p] for p in pools_slow | pools_fast)
+            rooms = (room_slow, room_fast, min(self.total_devices, both))
             self._pair_rooms[slow, fast] = rooms
         return rooms
 

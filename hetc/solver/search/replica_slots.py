@@ -94,7 +94,14 @@ class ReplicaSlots:
     def _table(self, rows: list[tuple[float, ...]], least: list[float], core: list[int]) -> Table:
         """`speeds`' entry for the core layers `core`."""
         model = self.model
-        speed = [max((least[i] / row[i] for i in core), default=1.0) for row in rows]
+        # a kind's times, so its speed, depend on its device and TP alone: one per class
+        by_class: dict[tuple[str, int], float] = {}
+        speed = []
+        for k, row in zip(model.kinds, rows, strict=True):
+            v = by_class.get((k.device, k.tp))
+            if v is None:
+                v = by_class[k.device, k.tp] = max((least[i] / row[i] for i in core), default=1.0)
+            speed.append(v)
         options: dict[tuple[str, int, str], tuple[float, set[int]]] = {}
         for k, v in zip(model.kinds, speed, strict=True):
             key = (k.device, k.tp, model.pools[k.pool].zone.region)

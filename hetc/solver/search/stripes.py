@@ -12,6 +12,7 @@ from itertools import pairwise
 from hetc.solver.search.exact import _Partial
 from hetc.solver.search.profiles import Profiles
 from hetc.solver.search.windows import Option
+from hetc.solver.search.work import SHAPE_BOUND
 
 
 class Stripes(Profiles):
@@ -66,6 +67,9 @@ class Stripes(Profiles):
                 continue
             members.sort()
             for mbs in model.microbatch_sizes():
+                # one stripe width per stage count, over the group's members
+                self.tally[SHAPE_BOUND] += model.blocks * len(members)
+                self.check_limits()
                 for stages in range(1, model.blocks + 1):
                     dp = self.stripe_width(mbs, stages, tp, [-room for room, _ in members])
                     last = self.dp_cap(mbs, stages)

@@ -78,7 +78,7 @@ ROOM_PAIR: Final = 15
 SLOTS: Final = 16
 """How many kinds of step there are: the length of a tally."""
 
-WEIGHTS: Final[tuple[int, ...]] = (8, 13, 870, 22, 22, 33, 62, 359, 8, 16, 10, 686, 31, 207, 3, 5)
+WEIGHTS: Final[tuple[int, ...]] = (8, 13, 870, 22, 22, 33, 62, 359, 8, 16, 10, 686, 31, 207, 5, 5)
 """Units per step, slot by slot (module docstring)."""
 
 
